@@ -1,0 +1,392 @@
+/*
+** ge_v2_api.h — the public C interface of ge2, a GPU graph executor for
+** GEMM-heavy graphs (MLPs, transformer feed-forward blocks).
+**
+** This one header is the whole contract. Every function, type and result code
+** is documented where it is declared. The header is plain C (C89 with
+** <stddef.h>/<stdint.h>) so that C, C++ and FFI layers such as Python's ctypes
+** can use it; no C++ type, exception or CUDA type crosses it.
+**
+** Conventions, which hold for every function unless its comment says otherwise:
+**
+**   - Every function that can fail returns a ge2_status_t. GE2_OK (0) means
+**     success; any other value means that nothing observable happened except
+**     that ge2_last_error() now describes the failure. Output parameters are
+**     written only on success.
+**   - ge2_last_error() returns a message for the last failed call on the
+**     calling thread, naming the function, the offending argument and its
+**     value, and for CUDA / cuBLASLt failures the library's own status string.
+**   - Handles (ge2_context_t, ge2_graph_t, ge2_plan_t) are opaque and owned by
+**     the caller from creation until the matching destroy function. Destroy
+**     functions accept NULL.
+**   - Strings returned by the library are owned by the object they came from
+**     and stay valid until that object is destroyed (or, for ge2_last_error,
+**     until the next failing ge2 call on the same thread).
+**   - Option structs carry their own size in their first member so that the
+**     library can grow them without breaking callers compiled against an older
+**     header. Always fill them with the matching *_init function first.
+**
+** Thread safety: contexts, graphs and plans may be used from several threads.
+** A context and a plan lock internally; a graph must not be modified by two
+** threads at once (the library detects this and returns
+** GE2_ERROR_INVALID_ARGUMENT rather than corrupting it). Executions of one
+** plan are ordered (they share the plan's intermediate buffers); executions
+** of different plans on different CUDA streams run concurrently.
+*/
+#ifndef GE_V2_API_H
+#define GE_V2_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define GE2_API __declspec(dllimport)
+#elif defined(GE2_BUILDING_LIBRARY)
+#define GE2_API __attribute__((visibility("default")))
+#else
+#define GE2_API
+#endif
+
+/*
+** GE2_API_VERSION is the major version of this interface. It changes only when
+** an existing function, type or constant changes meaning or layout; additions
+** (new functions, new enum values, new trailing struct members) keep it.
+** Pass it to ge2_context_create(); a library built for another major version
+** refuses with GE2_ERROR_VERSION_MISMATCH.
+*/
+#define GE2_API_VERSION 2
+
+/* ------------------------------------------------------------------------- */
+/* Result codes                                                              */
+/* ------------------------------------------------------------------------- */
+
+/*
+** ge2_status_t: the result of every fallible call. The numeric values are
+** part of the ABI and never change.
+*/
+typedef enum ge2_status {
+  GE2_OK = 0,                     /* success */
+  GE2_ERROR_INVALID_ARGUMENT = 1, /* NULL pointer, bad size, unknown enum, bad name, bad stride */
+  GE2_ERROR_SHAPE_MISMATCH = 2,   /* operand shapes or dtypes that do not fit together */
+  GE2_ERROR_UNSUPPORTED = 3,      /* valid request this build or device cannot run */
+  GE2_ERROR_NO_DEVICE = 4,        /* a CUDA device was required and none is usable */
+  GE2_ERROR_CUDA = 5,             /* a CUDA runtime call failed; message has cudaGetErrorString */
+  GE2_ERROR_CUBLAS = 6,           /* a cuBLASLt call failed; message has the cuBLAS status name */
+  GE2_ERROR_OUT_OF_MEMORY = 7,    /* host or device allocation failed */
+  GE2_ERROR_TUNEDB = 8,           /* the tuning database could not be opened, read or written */
+  GE2_ERROR_VERSION_MISMATCH = 9, /* caller and library disagree on GE2_API_VERSION */
+  GE2_ERROR_INTERNAL = 10         /* a bug in ge2; please report the message */
+} ge2_status_t;
+
+/*
+** ge2_status_string: a short constant English name for a status, e.g.
+** "GE2_ERROR_SHAPE_MISMATCH". Unknown values give "GE2_UNKNOWN_STATUS".
+** Never returns NULL.
+*/
+GE2_API const char* ge2_status_string(ge2_status_t status);
+
+/*
+** ge2_last_error: the message of the last failed ge2 call on this thread, or
+** "" if none failed yet. The message names the function and the argument,
+** e.g. "ge2_graph_add_gemm: argument 'b': K=64 does not match A's K=32".
+** Never returns NULL. Successful calls do not clear it.
+*/
+GE2_API const char* ge2_last_error(void);
+
+/*
+** ge2_get_api_version: the GE2_API_VERSION the library was built with. A caller
+** (or an FFI binding) compares it with the version it was written for.
+*/
+GE2_API int ge2_get_api_version(void);
+
+/*
+** ge2_get_version_string: the library's release version, e.g. "2.0.0".
+*/
+GE2_API const char* ge2_get_version_string(void);
+
+/* ------------------------------------------------------------------------- */
+/* Enumerations                                                              */
+/* ------------------------------------------------------------------------- */
+
+/* Element types. Arithmetic always accumulates in fp32 (or fp64 nowhere). */
+typedef enum ge2_dtype {
+  GE2_DTYPE_F16 = 1,  /* IEEE binary16 */
+  GE2_DTYPE_BF16 = 2, /* bfloat16 */
+  GE2_DTYPE_F32 = 3   /* IEEE binary32 */
+} ge2_dtype_t;
+
+/* Activations. The numeric codes follow the original roadmap (2 = erf GELU). */
+typedef enum ge2_activation {
+  GE2_ACT_NONE = 0,
+  GE2_ACT_RELU = 1,     /* max(x, 0) */
+  GE2_ACT_GELU_ERF = 2, /* x * 0.5 * (1 + erf(x / sqrt(2))) */
+  GE2_ACT_GELU_TANH = 3 /* x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) */
+} ge2_activation_t;
+
+/* Which backend a context runs on. */
+typedef enum ge2_device_kind {
+  GE2_DEVICE_AUTO = 0, /* CUDA when a usable device exists, else the CPU backend */
+  GE2_DEVICE_CUDA = 1, /* CUDA only; GE2_ERROR_NO_DEVICE if there is none */
+  GE2_DEVICE_CPU = 2   /* the CPU reference backend */
+} ge2_device_kind_t;
+
+/* How a context uses autotuning (CUDA only; ignored on the CPU backend). */
+typedef enum ge2_tune_mode {
+  GE2_TUNE_OFF = 0,    /* cuBLASLt heuristic's first choice; the tuning database is not read */
+  GE2_TUNE_CACHED = 1, /* use tuned results from the database; never tune while compiling */
+  GE2_TUNE_TUNE = 2    /* like CACHED, and tune a missing problem once, at plan compile time */
+} ge2_tune_mode_t;
+
+/* ------------------------------------------------------------------------- */
+/* Opaque handles                                                            */
+/* ------------------------------------------------------------------------- */
+
+typedef struct ge2_context_s ge2_context_t; /* device, cuBLASLt handle, tuning cache */
+typedef struct ge2_graph_s ge2_graph_t;     /* a graph under construction */
+typedef struct ge2_plan_s ge2_plan_t;       /* a compiled, executable graph */
+
+/* ------------------------------------------------------------------------- */
+/* Context                                                                   */
+/* ------------------------------------------------------------------------- */
+
+typedef struct ge2_context_options {
+  uint32_t struct_size;      /* set by ge2_context_options_init */
+  ge2_device_kind_t device;  /* default GE2_DEVICE_AUTO */
+  int device_ordinal;        /* CUDA device index, default 0 */
+  ge2_tune_mode_t tune_mode; /* default GE2_TUNE_CACHED */
+  const char* tunedb_path;   /* NULL: $GE2_TUNEDB, else ~/.cache/ge2/tunedb.sqlite;
+                                "" : no database, in-memory tuning cache only */
+} ge2_context_options_t;
+
+/* ge2_context_options_init: fill *options with defaults. options must not be NULL. */
+GE2_API ge2_status_t ge2_context_options_init(ge2_context_options_t* options);
+
+/*
+** ge2_context_create: create a context.
+**   api_version  pass GE2_API_VERSION; another major version gives
+**                GE2_ERROR_VERSION_MISMATCH.
+**   options      NULL for defaults, or a struct filled by ge2_context_options_init.
+**   out          receives the new context.
+** Errors: GE2_ERROR_NO_DEVICE when GE2_DEVICE_CUDA was asked for and no device
+** is usable (or the library was built without CUDA); GE2_ERROR_CUDA /
+** GE2_ERROR_CUBLAS when initialisation fails; GE2_ERROR_TUNEDB when the tuning
+** database cannot be opened in a mode that needs it.
+*/
+GE2_API ge2_status_t ge2_context_create(int api_version, const ge2_context_options_t* options,
+                                        ge2_context_t** out);
+
+/* ge2_context_destroy: release the context. Plans compiled from it must be destroyed first. */
+GE2_API void ge2_context_destroy(ge2_context_t* context);
+
+/* ge2_context_get_device_kind: the backend actually chosen (GE2_DEVICE_CUDA or GE2_DEVICE_CPU). */
+GE2_API ge2_status_t ge2_context_get_device_kind(const ge2_context_t* context,
+                                                 ge2_device_kind_t* out);
+
+/*
+** ge2_context_describe: a JSON object describing the context (backend, device
+** name, compute capability, SM count, cuBLASLt version, tuning database path
+** and mode). The string is owned by the context.
+*/
+GE2_API ge2_status_t ge2_context_describe(ge2_context_t* context, const char** json_out);
+
+/* ------------------------------------------------------------------------- */
+/* Tensors                                                                   */
+/* ------------------------------------------------------------------------- */
+
+/*
+** A tensor description. rank is 1 (bias vectors), 2 (matrices) or 3 (a batch
+** of matrices, batch first). strides are in elements, one per dimension; all
+** zero means dense row-major. A matrix is usable by every kernel when one of
+** its two inner strides is 1 (row-major or column-major with any leading
+** dimension); other layouts run on the fallback kernels. Strides must not make
+** distinct elements overlap.
+*/
+typedef struct ge2_tensor_desc {
+  ge2_dtype_t dtype;
+  int32_t rank;
+  int64_t shape[3];
+  int64_t strides[3];
+} ge2_tensor_desc_t;
+
+/* A handle to a value (tensor) inside a graph; negative means "none". */
+typedef int32_t ge2_value_t;
+#define GE2_NO_VALUE ((ge2_value_t)-1)
+
+/* ------------------------------------------------------------------------- */
+/* Graph builder                                                             */
+/* ------------------------------------------------------------------------- */
+
+/* ge2_graph_create: an empty graph. */
+GE2_API ge2_status_t ge2_graph_create(ge2_graph_t** out);
+
+/* ge2_graph_destroy: release a graph. Plans compiled from it stay valid. */
+GE2_API void ge2_graph_destroy(ge2_graph_t* graph);
+
+/*
+** ge2_graph_add_input: declare a named input. name must be a non-empty unique
+** string of at most 255 bytes. At execution it is bound by name.
+*/
+GE2_API ge2_status_t ge2_graph_add_input(ge2_graph_t* graph, const char* name,
+                                         const ge2_tensor_desc_t* desc, ge2_value_t* out);
+
+/* Attributes of a GEMM: D = alpha * op(A) * op(B) + beta * C. */
+typedef struct ge2_gemm_attrs {
+  uint32_t struct_size; /* set by ge2_gemm_attrs_init */
+  int trans_a;          /* 0: A is [M,K]; 1: A is [K,M] and is used transposed */
+  int trans_b;          /* 0: B is [K,N]; 1: B is [N,K] and is used transposed */
+  float alpha;          /* default 1 */
+  float beta;           /* default 0; non-zero needs a C operand */
+} ge2_gemm_attrs_t;
+
+/* ge2_gemm_attrs_init: fill *attrs with defaults (no transposes, alpha 1, beta 0). */
+GE2_API ge2_status_t ge2_gemm_attrs_init(ge2_gemm_attrs_t* attrs);
+
+/*
+** ge2_graph_add_gemm: out = alpha * op(a) * op(b) + beta * c.
+** a and b are rank 2 or 3 with the same dtype; rank-3 operands carry a batch
+** dimension, and a rank-2 operand is broadcast over the other's batch.
+** c is GE2_NO_VALUE, or a tensor of the output's shape (needs beta != 0 to matter).
+** attrs may be NULL for defaults. The result has a's dtype and shape [batch,] M, N.
+*/
+GE2_API ge2_status_t ge2_graph_add_gemm(ge2_graph_t* graph, ge2_value_t a, ge2_value_t b,
+                                        ge2_value_t c, const ge2_gemm_attrs_t* attrs,
+                                        ge2_value_t* out);
+
+/* ge2_graph_add_bias: out = x + bias, bias of shape [N] broadcast over rows and batch. */
+GE2_API ge2_status_t ge2_graph_add_bias(ge2_graph_t* graph, ge2_value_t x, ge2_value_t bias,
+                                        ge2_value_t* out);
+
+/* ge2_graph_add_activation: out = act(x), elementwise. */
+GE2_API ge2_status_t ge2_graph_add_activation(ge2_graph_t* graph, ge2_value_t x,
+                                              ge2_activation_t act, ge2_value_t* out);
+
+/*
+** ge2_graph_add_gemm_bias_act: out = act(alpha * op(a) * op(b) + bias), the
+** fused node the fusion pass also produces. bias may be GE2_NO_VALUE.
+*/
+GE2_API ge2_status_t ge2_graph_add_gemm_bias_act(ge2_graph_t* graph, ge2_value_t a, ge2_value_t b,
+                                                 ge2_value_t bias, const ge2_gemm_attrs_t* attrs,
+                                                 ge2_activation_t act, ge2_value_t* out);
+
+/*
+** ge2_graph_mark_output: make value an output bound under name. layout may be
+** NULL (dense row-major) or a description whose dtype and shape equal the
+** value's and whose strides give the output's memory layout.
+*/
+GE2_API ge2_status_t ge2_graph_mark_output(ge2_graph_t* graph, ge2_value_t value, const char* name,
+                                           const ge2_tensor_desc_t* layout);
+
+/* ge2_graph_get_desc: the (inferred) description of a value. */
+GE2_API ge2_status_t ge2_graph_get_desc(const ge2_graph_t* graph, ge2_value_t value,
+                                        ge2_tensor_desc_t* out);
+
+/* ------------------------------------------------------------------------- */
+/* Compilation and execution                                                 */
+/* ------------------------------------------------------------------------- */
+
+typedef struct ge2_compile_options {
+  uint32_t struct_size;     /* set by ge2_compile_options_init */
+  int fuse;                 /* run the GEMM+bias+activation fusion pass; default 1 */
+  int allow_tf32;           /* f32 GEMMs may use TF32 tensor cores (lt_tf32); default 0 */
+  int allow_staging;        /* unaligned f16/bf16 operands may be copied into aligned
+                               buffers when the cost model says it pays; default 1 */
+  const char* force_kernel; /* NULL, or a kernel name ("lt_f16", "cuda_f32", "cpu_ref", ...)
+                               to use for every GEMM; $GE2_FORCE_KERNEL is read when NULL */
+} ge2_compile_options_t;
+
+/* ge2_compile_options_init: fill *options with defaults. */
+GE2_API ge2_status_t ge2_compile_options_init(ge2_compile_options_t* options);
+
+/*
+** ge2_plan_compile: validate the graph, infer shapes, fuse, remove dead nodes,
+** choose a kernel for every node and allocate intermediate buffers. The plan
+** is independent of the graph afterwards. options may be NULL.
+** Errors: GE2_ERROR_INVALID_ARGUMENT (no outputs, bad option),
+** GE2_ERROR_UNSUPPORTED (a forced kernel cannot run a node), device errors.
+*/
+GE2_API ge2_status_t ge2_plan_compile(ge2_context_t* context, const ge2_graph_t* graph,
+                                      const ge2_compile_options_t* options, ge2_plan_t** out);
+
+/* ge2_plan_destroy: release a plan and its buffers (after its work on any stream finished). */
+GE2_API void ge2_plan_destroy(ge2_plan_t* plan);
+
+/*
+** ge2_plan_describe: a JSON text of the plan: the passes run, every step with
+** its fused nodes, the chosen kernel, the candidates with their scores and the
+** reason for the choice. Owned by the plan.
+*/
+GE2_API ge2_status_t ge2_plan_describe(const ge2_plan_t* plan, const char** json_out);
+
+/* Information about one input or output of a plan. */
+typedef struct ge2_io_info {
+  const char* name;       /* owned by the plan */
+  int is_output;          /* 0 input, 1 output */
+  ge2_tensor_desc_t desc; /* strides filled in (never all zero) */
+  size_t required_bytes;  /* bytes the bound buffer must span */
+} ge2_io_info_t;
+
+/* ge2_plan_io_count / ge2_plan_io_info: enumerate inputs then outputs. */
+GE2_API ge2_status_t ge2_plan_io_count(const ge2_plan_t* plan, size_t* out);
+GE2_API ge2_status_t ge2_plan_io_info(const ge2_plan_t* plan, size_t index, ge2_io_info_t* out);
+
+/* A name bound to memory for one execution. */
+typedef struct ge2_binding {
+  const char* name;
+  void* data;
+} ge2_binding_t;
+
+/*
+** ge2_plan_execute: run the plan. Every input and output must be bound exactly
+** once. On the CPU backend data are host pointers and stream must be NULL. On
+** CUDA, data are device pointers (from cudaMalloc, CuPy, PyTorch, ...) and the
+** work is queued on stream (a cudaStream_t; NULL is the legacy default
+** stream); the call returns without waiting. Host pointers are accepted too and
+** staged through device memory, synchronously (slow; meant for tests/tools).
+*/
+GE2_API ge2_status_t ge2_plan_execute(ge2_plan_t* plan, const ge2_binding_t* bindings,
+                                      size_t num_bindings, void* stream);
+
+/* ------------------------------------------------------------------------- */
+/* One-shot GEMM + bias + activation                                         */
+/* ------------------------------------------------------------------------- */
+
+/*
+** The roadmap's parameter block. All matrices are row-major. Leading
+** dimensions and batch strides are in elements; 0 means tight.
+**   A: [batch,] M x K (trans_a: K x M), B: [batch,] K x N (trans_b: N x K),
+**   D: [batch,] M x N, bias: N elements (shared by the batch).
+*/
+typedef struct ge2_gemm_params {
+  uint32_t struct_size; /* set by ge2_gemm_params_init */
+  int64_t m, n, k;
+  int64_t batch; /* default 1 */
+  int trans_a, trans_b;
+  int64_t lda, ldb, ldd;
+  int64_t stride_a, stride_b, stride_d;
+  ge2_dtype_t dtype; /* of A, B, bias and D; default GE2_DTYPE_F16 */
+  ge2_activation_t activation;
+  int has_bias;
+  float alpha; /* default 1 */
+} ge2_gemm_params_t;
+
+/* ge2_gemm_params_init: fill *params with defaults (sizes zero: the caller sets them). */
+GE2_API ge2_status_t ge2_gemm_params_init(ge2_gemm_params_t* params);
+
+/*
+** ge2_gemm_bias_act: D = act(alpha * op(A) * op(B) + bias) in one call. The
+** compiled plan is cached in the context per parameter block, so repeated
+** calls cost one look-up. Pointers and stream follow ge2_plan_execute's rules;
+** bias must be NULL exactly when has_bias is 0.
+*/
+GE2_API ge2_status_t ge2_gemm_bias_act(ge2_context_t* context, const ge2_gemm_params_t* params,
+                                       const void* a, const void* b, const void* bias, void* d,
+                                       void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GE_V2_API_H */

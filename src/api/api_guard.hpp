@@ -1,0 +1,50 @@
+// The C API boundary: runs a body, turns every exception into a status and the
+// thread-local message, so that nothing throws across ge_v2_api.h.
+#pragma once
+
+#include <new>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/last_error.hpp"
+
+namespace ge2 {
+
+template <typename Body>
+ge2_status_t guarded(const char* function, Body&& body) noexcept {
+  try {
+    body();
+    return GE2_OK;
+  } catch (const Error& error) {
+    std::string message = error.what();
+    if (message.rfind(function, 0) != 0) message = std::string(function) + ": " + message;
+    set_last_error(std::move(message));
+    return error.status();
+  } catch (const std::bad_alloc&) {
+    set_last_error(std::string(function) + ": out of host memory");
+    return GE2_ERROR_OUT_OF_MEMORY;
+  } catch (const std::exception& error) {
+    set_last_error(std::string(function) + ": internal error: " + error.what());
+    return GE2_ERROR_INTERNAL;
+  } catch (...) {
+    set_last_error(std::string(function) + ": internal error: unknown exception");
+    return GE2_ERROR_INTERNAL;
+  }
+}
+
+template <typename T>
+void require_not_null(const T* pointer, const char* function, const char* argument) {
+  require(pointer != nullptr, GE2_ERROR_INVALID_ARGUMENT, "{}: argument '{}' is NULL", function,
+          argument);
+}
+
+// Option structs: the caller's struct_size must cover at least this version's fields.
+template <typename T>
+void require_struct_size(const T& options, const char* function, const char* argument) {
+  require(options.struct_size >= sizeof(T), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument '{}': struct_size = {} is smaller than {}; fill it with the matching "
+          "*_init function",
+          function, argument, options.struct_size, sizeof(T));
+}
+
+}  // namespace ge2

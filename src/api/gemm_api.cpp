@@ -1,0 +1,175 @@
+// ge2_gemm_bias_act: the one-shot call, built on a cached one-node plan.
+#include "api/api_guard.hpp"
+#include "api/api_objects.hpp"
+
+using namespace ge2;
+
+namespace {
+
+constexpr std::size_t kMaxCachedOneShotPlans = 256;
+
+void check_params(const ge2_gemm_params_t& p, const char* f) {
+  require_struct_size(p, f, "params");
+  auto positive = [&](std::int64_t value, const char* name) {
+    require(value > 0 && value <= kMaxDimension, GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'params->{}' = {} must be in 1..{}", f, name, value, kMaxDimension);
+  };
+  positive(p.m, "m");
+  positive(p.n, "n");
+  positive(p.k, "k");
+  positive(p.batch, "batch");
+  require(p.trans_a == 0 || p.trans_a == 1, GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'params->trans_a' = {} must be 0 or 1", f, p.trans_a);
+  require(p.trans_b == 0 || p.trans_b == 1, GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'params->trans_b' = {} must be 0 or 1", f, p.trans_b);
+  require(p.has_bias == 0 || p.has_bias == 1, GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'params->has_bias' = {} must be 0 or 1", f, p.has_bias);
+  require(is_valid_dtype(p.dtype), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'params->dtype' = {} is not a ge2_dtype_t", f, static_cast<int>(p.dtype));
+  require(is_valid_activation(p.activation), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'params->activation' = {} is not a ge2_activation_t", f,
+          static_cast<int>(p.activation));
+  require(std::isfinite(p.alpha), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'params->alpha' = {} is not finite", f, p.alpha);
+}
+
+// Describes one row-major operand [batch,] rows x cols with leading dimension ld
+// and batch stride, checking both against the matrix they must hold.
+ge2_tensor_desc_t operand_desc(const ge2_gemm_params_t& p, std::int64_t rows, std::int64_t cols,
+                               std::int64_t ld, std::int64_t batch_stride, const char* ld_name,
+                               const char* stride_name, const char* f) {
+  require(ld >= 0, GE2_ERROR_INVALID_ARGUMENT, "{}: argument 'params->{}' = {} is negative", f,
+          ld_name, ld);
+  require(batch_stride >= 0, GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'params->{}' = {} is negative", f, stride_name, batch_stride);
+  const std::int64_t leading = ld == 0 ? cols : ld;
+  require(leading >= cols, GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'params->{}' = {} is smaller than the row length {}", f, ld_name, ld, cols);
+  require(leading <= kMaxElements / rows, GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'params->{}' = {} makes the matrix span more than {} elements", f, ld_name,
+          ld, kMaxElements);
+  const std::int64_t matrix_span = (rows - 1) * leading + cols;
+  const std::int64_t stride = batch_stride == 0 ? rows * leading : batch_stride;
+  require(
+      p.batch == 1 || stride >= matrix_span, GE2_ERROR_INVALID_ARGUMENT,
+      "{}: argument 'params->{}' = {} is smaller than one matrix's span {}: batches would overlap",
+      f, stride_name, batch_stride, matrix_span);
+  ge2_tensor_desc_t desc{};
+  desc.dtype = p.dtype;
+  if (p.batch > 1) {
+    desc.rank = 3;
+    desc.shape[0] = p.batch;
+    desc.shape[1] = rows;
+    desc.shape[2] = cols;
+    desc.strides[0] = stride;
+    desc.strides[1] = leading;
+    desc.strides[2] = 1;
+  } else {
+    desc.rank = 2;
+    desc.shape[0] = rows;
+    desc.shape[1] = cols;
+    desc.strides[0] = leading;
+    desc.strides[1] = 1;
+  }
+  return desc;
+}
+
+std::string cache_key(const ge2_gemm_params_t& p) {
+  return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}", p.m, p.n, p.k, p.batch,
+                     p.trans_a, p.trans_b, p.lda, p.ldb, p.ldd, p.stride_a, p.stride_b, p.stride_d,
+                     static_cast<int>(p.dtype), static_cast<int>(p.activation), p.has_bias,
+                     p.alpha);
+}
+
+std::unique_ptr<Plan> build_one_shot_plan(ge2_context_t* context, const ge2_gemm_params_t& p,
+                                          const char* f) {
+  Graph graph;
+  auto input = [&](const char* name, const ge2_tensor_desc_t& desc) {
+    Node node;
+    node.kind = OpKind::Input;
+    node.input_name = name;
+    node.type = tensor_type_from_desc(desc, fmt::format("{}: argument 'params' ({})", f, name));
+    return graph.add(std::move(node));
+  };
+  const ValueId a = input("a", operand_desc(p, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.lda,
+                                            p.stride_a, "lda", "stride_a", f));
+  const ValueId b = input("b", operand_desc(p, p.trans_b ? p.n : p.k, p.trans_b ? p.k : p.n, p.ldb,
+                                            p.stride_b, "ldb", "stride_b", f));
+  ValueId bias = kNoValue;
+  if (p.has_bias) {
+    ge2_tensor_desc_t desc{};
+    desc.dtype = p.dtype;
+    desc.rank = 1;
+    desc.shape[0] = p.n;
+    bias = input("bias", desc);
+  }
+  Node node;
+  node.kind = OpKind::GemmBiasAct;
+  node.a = a;
+  node.b = b;
+  node.bias = bias;
+  node.gemm.trans_a = p.trans_a != 0;
+  node.gemm.trans_b = p.trans_b != 0;
+  node.gemm.alpha = p.alpha;
+  node.act = static_cast<Activation>(p.activation);
+  node.type = infer_node_type(graph, node, f);
+  const ValueId d = graph.add(std::move(node));
+  const ge2_tensor_desc_t d_desc =
+      operand_desc(p, p.m, p.n, p.ldd, p.stride_d, "ldd", "stride_d", f);
+  graph.add_output(
+      {d, "d", tensor_type_from_desc(d_desc, fmt::format("{}: argument 'params' (d)", f))});
+  return compile_plan(context->backend, std::move(graph), CompileOptions{});
+}
+
+}  // namespace
+
+extern "C" {
+
+ge2_status_t ge2_gemm_params_init(ge2_gemm_params_t* params) {
+  return guarded(__func__, [&] {
+    require_not_null(params, __func__, "params");
+    *params = ge2_gemm_params_t{};
+    params->struct_size = sizeof(ge2_gemm_params_t);
+    params->batch = 1;
+    params->dtype = GE2_DTYPE_F16;
+    params->activation = GE2_ACT_NONE;
+    params->alpha = 1.0f;
+  });
+}
+
+ge2_status_t ge2_gemm_bias_act(ge2_context_t* context, const ge2_gemm_params_t* params,
+                               const void* a, const void* b, const void* bias, void* d,
+                               void* stream) {
+  return guarded(__func__, [&] {
+    require_not_null(context, __func__, "context");
+    require_not_null(params, __func__, "params");
+    check_params(*params, __func__);
+    require_not_null(a, __func__, "a");
+    require_not_null(b, __func__, "b");
+    require_not_null(d, __func__, "d");
+    require((bias != nullptr) == (params->has_bias != 0), GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'bias' is {} but params->has_bias = {}", __func__,
+            bias ? "non-NULL" : "NULL", params->has_bias);
+    std::shared_ptr<Plan> plan;
+    {
+      std::lock_guard lock(context->mutex);
+      const std::string key = cache_key(*params);
+      if (auto it = context->one_shot_plans.find(key); it != context->one_shot_plans.end()) {
+        plan = it->second;
+      } else {
+        // Keep the cache bounded; a plan still executing elsewhere lives on through its shared_ptr.
+        if (context->one_shot_plans.size() >= kMaxCachedOneShotPlans)
+          context->one_shot_plans.clear();
+        plan = build_one_shot_plan(context, *params, __func__);
+        context->one_shot_plans.emplace(key, plan);
+      }
+    }
+    const ge2_binding_t bindings[] = {{"a", const_cast<void*>(a)},
+                                      {"b", const_cast<void*>(b)},
+                                      {"d", d},
+                                      {"bias", const_cast<void*>(bias)}};
+    plan->execute(bindings, params->has_bias ? 4 : 3, stream);
+  });
+}
+
+}  // extern "C"

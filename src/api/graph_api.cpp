@@ -1,0 +1,232 @@
+// Graph builder entry points. Each validates its arguments, infers the node's
+// type with the same rules the shape-inference pass uses, and appends it.
+#include <cmath>
+#include <cstring>
+
+#include "api/api_guard.hpp"
+#include "api/api_objects.hpp"
+
+using namespace ge2;
+
+namespace {
+
+constexpr std::size_t kMaxNameLength = 255;
+
+// Holds a graph for modification by one thread; a second thread is refused.
+class GraphWriteLock {
+ public:
+  GraphWriteLock(ge2_graph_t* graph, const char* function) : graph_(graph) {
+    require_not_null(graph, function, "graph");
+    require(!graph->busy.exchange(true), GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'graph' is being modified by another thread", function);
+  }
+  ~GraphWriteLock() { graph_->busy = false; }
+  GraphWriteLock(const GraphWriteLock&) = delete;
+  GraphWriteLock& operator=(const GraphWriteLock&) = delete;
+
+ private:
+  ge2_graph_t* graph_;
+};
+
+void check_name(const char* name, const char* function) {
+  require_not_null(name, function, "name");
+  const std::size_t length = std::strlen(name);
+  require(length > 0 && length <= kMaxNameLength, GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'name' must have 1 to {} bytes, it has {}", function, kMaxNameLength,
+          length);
+}
+
+void check_value(const Graph& graph, ge2_value_t value, const char* function,
+                 const char* argument) {
+  require(graph.contains(value), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument '{}' = {} is not a value of this graph (it has {})", function, argument,
+          value, graph.size());
+}
+
+GemmAttrs gemm_attrs_from(const ge2_gemm_attrs_t* attrs, const char* function) {
+  GemmAttrs result;
+  if (attrs == nullptr) return result;
+  require_struct_size(*attrs, function, "attrs");
+  require(attrs->trans_a == 0 || attrs->trans_a == 1, GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'attrs->trans_a' = {} must be 0 or 1", function, attrs->trans_a);
+  require(attrs->trans_b == 0 || attrs->trans_b == 1, GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'attrs->trans_b' = {} must be 0 or 1", function, attrs->trans_b);
+  require(std::isfinite(attrs->alpha), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'attrs->alpha' = {} is not finite", function, attrs->alpha);
+  require(std::isfinite(attrs->beta), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'attrs->beta' = {} is not finite", function, attrs->beta);
+  result.trans_a = attrs->trans_a != 0;
+  result.trans_b = attrs->trans_b != 0;
+  result.alpha = attrs->alpha;
+  result.beta = attrs->beta;
+  return result;
+}
+
+void check_activation(ge2_activation_t act, const char* function) {
+  require(is_valid_activation(static_cast<int>(act)), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'act' = {} is not a ge2_activation_t", function, static_cast<int>(act));
+}
+
+// Infers the node's type, appends it and returns its value id.
+ge2_value_t append(Graph& graph, Node node, const char* function, ge2_value_t* out) {
+  require_not_null(out, function, "out");
+  node.type = infer_node_type(graph, node, function);
+  *out = graph.add(std::move(node));
+  return *out;
+}
+
+}  // namespace
+
+extern "C" {
+
+ge2_status_t ge2_graph_create(ge2_graph_t** out) {
+  return guarded(__func__, [&] {
+    require_not_null(out, __func__, "out");
+    *out = std::make_unique<ge2_graph_s>().release();
+  });
+}
+
+void ge2_graph_destroy(ge2_graph_t* graph) { std::unique_ptr<ge2_graph_s> owned(graph); }
+
+ge2_status_t ge2_graph_add_input(ge2_graph_t* graph, const char* name,
+                                 const ge2_tensor_desc_t* desc, ge2_value_t* out) {
+  return guarded(__func__, [&] {
+    GraphWriteLock lock(graph, __func__);
+    check_name(name, __func__);
+    require_not_null(desc, __func__, "desc");
+    for (ValueId id = 0; id < graph->graph.size(); ++id) {
+      require(graph->graph.node(id).input_name != name, GE2_ERROR_INVALID_ARGUMENT,
+              "{}: argument 'name' = '{}' is already an input", __func__, name);
+    }
+    Node node;
+    node.kind = OpKind::Input;
+    node.input_name = name;
+    node.type = tensor_type_from_desc(*desc, fmt::format("{}: argument 'desc'", __func__));
+    require_not_null(out, __func__, "out");
+    *out = graph->graph.add(std::move(node));
+  });
+}
+
+ge2_status_t ge2_gemm_attrs_init(ge2_gemm_attrs_t* attrs) {
+  return guarded(__func__, [&] {
+    require_not_null(attrs, __func__, "attrs");
+    *attrs = ge2_gemm_attrs_t{};
+    attrs->struct_size = sizeof(ge2_gemm_attrs_t);
+    attrs->alpha = 1.0f;
+  });
+}
+
+ge2_status_t ge2_graph_add_gemm(ge2_graph_t* graph, ge2_value_t a, ge2_value_t b, ge2_value_t c,
+                                const ge2_gemm_attrs_t* attrs, ge2_value_t* out) {
+  return guarded(__func__, [&] {
+    GraphWriteLock lock(graph, __func__);
+    check_value(graph->graph, a, __func__, "a");
+    check_value(graph->graph, b, __func__, "b");
+    if (c != GE2_NO_VALUE) check_value(graph->graph, c, __func__, "c");
+    Node node;
+    node.kind = OpKind::Gemm;
+    node.a = a;
+    node.b = b;
+    node.c = c == GE2_NO_VALUE ? kNoValue : c;
+    node.gemm = gemm_attrs_from(attrs, __func__);
+    append(graph->graph, std::move(node), __func__, out);
+  });
+}
+
+ge2_status_t ge2_graph_add_bias(ge2_graph_t* graph, ge2_value_t x, ge2_value_t bias,
+                                ge2_value_t* out) {
+  return guarded(__func__, [&] {
+    GraphWriteLock lock(graph, __func__);
+    check_value(graph->graph, x, __func__, "x");
+    check_value(graph->graph, bias, __func__, "bias");
+    Node node;
+    node.kind = OpKind::BiasAdd;
+    node.x = x;
+    node.bias = bias;
+    append(graph->graph, std::move(node), __func__, out);
+  });
+}
+
+ge2_status_t ge2_graph_add_activation(ge2_graph_t* graph, ge2_value_t x, ge2_activation_t act,
+                                      ge2_value_t* out) {
+  return guarded(__func__, [&] {
+    GraphWriteLock lock(graph, __func__);
+    check_value(graph->graph, x, __func__, "x");
+    check_activation(act, __func__);
+    Node node;
+    node.kind = OpKind::Activation;
+    node.x = x;
+    node.act = static_cast<Activation>(act);
+    append(graph->graph, std::move(node), __func__, out);
+  });
+}
+
+ge2_status_t ge2_graph_add_gemm_bias_act(ge2_graph_t* graph, ge2_value_t a, ge2_value_t b,
+                                         ge2_value_t bias, const ge2_gemm_attrs_t* attrs,
+                                         ge2_activation_t act, ge2_value_t* out) {
+  return guarded(__func__, [&] {
+    GraphWriteLock lock(graph, __func__);
+    check_value(graph->graph, a, __func__, "a");
+    check_value(graph->graph, b, __func__, "b");
+    if (bias != GE2_NO_VALUE) check_value(graph->graph, bias, __func__, "bias");
+    check_activation(act, __func__);
+    Node node;
+    node.kind = OpKind::GemmBiasAct;
+    node.a = a;
+    node.b = b;
+    node.bias = bias == GE2_NO_VALUE ? kNoValue : bias;
+    node.gemm = gemm_attrs_from(attrs, __func__);
+    require(node.gemm.beta == 0.0f, GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'attrs->beta' = {}: the fused node has no C operand; use "
+            "ge2_graph_add_gemm for beta != 0",
+            __func__, node.gemm.beta);
+    node.act = static_cast<Activation>(act);
+    append(graph->graph, std::move(node), __func__, out);
+  });
+}
+
+ge2_status_t ge2_graph_mark_output(ge2_graph_t* graph, ge2_value_t value, const char* name,
+                                   const ge2_tensor_desc_t* layout) {
+  return guarded(__func__, [&] {
+    GraphWriteLock lock(graph, __func__);
+    check_value(graph->graph, value, __func__, "value");
+    check_name(name, __func__);
+    for (const auto& output : graph->graph.outputs()) {
+      require(output.name != name, GE2_ERROR_INVALID_ARGUMENT,
+              "{}: argument 'name' = '{}' is already an output", __func__, name);
+      require(output.value != value, GE2_ERROR_INVALID_ARGUMENT,
+              "{}: argument 'value' = {} is already the output '{}'", __func__, value, output.name);
+    }
+    for (ValueId id = 0; id < graph->graph.size(); ++id) {
+      require(graph->graph.node(id).input_name != name, GE2_ERROR_INVALID_ARGUMENT,
+              "{}: argument 'name' = '{}' is already an input", __func__, name);
+    }
+    const Node& node = graph->graph.node(value);
+    require(node.kind != OpKind::Input, GE2_ERROR_UNSUPPORTED,
+            "{}: argument 'value' = {} is the graph input '{}'; ge2 does not copy inputs to "
+            "outputs",
+            __func__, value, node.input_name);
+    GraphOutput output{value, name, std::nullopt};
+    if (layout != nullptr) {
+      TensorType type =
+          tensor_type_from_desc(*layout, fmt::format("{}: argument 'layout'", __func__));
+      require(type.dtype == node.type.dtype && type.same_shape(node.type), GE2_ERROR_SHAPE_MISMATCH,
+              "{}: argument 'layout': {} differs from the value's {}", __func__,
+              type.shape_string(), node.type.shape_string());
+      output.layout = type;
+    }
+    graph->graph.add_output(std::move(output));
+  });
+}
+
+ge2_status_t ge2_graph_get_desc(const ge2_graph_t* graph, ge2_value_t value,
+                                ge2_tensor_desc_t* out) {
+  return guarded(__func__, [&] {
+    require_not_null(graph, __func__, "graph");
+    check_value(graph->graph, value, __func__, "value");
+    require_not_null(out, __func__, "out");
+    *out = graph->graph.node(value).type.to_desc();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,106 @@
+// Plan compilation, description, I/O enumeration and execution.
+#include <cstdlib>
+
+#include "api/api_guard.hpp"
+#include "api/api_objects.hpp"
+
+using namespace ge2;
+
+namespace ge2 {
+
+CompileOptions compile_options_from(const ge2_compile_options_t* options, const char* function) {
+  CompileOptions result;
+  if (options != nullptr) {
+    require_struct_size(*options, function, "options");
+    result.fuse = options->fuse != 0;
+    result.policy.allow_tf32 = options->allow_tf32 != 0;
+    result.policy.allow_staging = options->allow_staging != 0;
+  }
+  const char* forced = options != nullptr ? options->force_kernel : nullptr;
+  const char* source = "options->force_kernel";
+  if (forced == nullptr) {
+    forced = std::getenv("GE2_FORCE_KERNEL");
+    source = "$GE2_FORCE_KERNEL";
+    if (forced != nullptr && *forced == '\0') forced = nullptr;
+  }
+  if (forced != nullptr) {
+    result.policy.forced = kernel_from_name(forced);
+    require(result.policy.forced.has_value(), GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument '{}' = '{}' is not a kernel (lt_f16, lt_bf16, lt_tf32, lt_f32, "
+            "cuda_f32, cpu_ref)",
+            function, source, forced);
+  }
+  return result;
+}
+
+}  // namespace ge2
+
+extern "C" {
+
+ge2_status_t ge2_compile_options_init(ge2_compile_options_t* options) {
+  return guarded(__func__, [&] {
+    require_not_null(options, __func__, "options");
+    *options = ge2_compile_options_t{};
+    options->struct_size = sizeof(ge2_compile_options_t);
+    options->fuse = 1;
+    options->allow_tf32 = 0;
+    options->allow_staging = 1;
+    options->force_kernel = nullptr;
+  });
+}
+
+ge2_status_t ge2_plan_compile(ge2_context_t* context, const ge2_graph_t* graph,
+                              const ge2_compile_options_t* options, ge2_plan_t** out) {
+  return guarded(__func__, [&] {
+    require_not_null(context, __func__, "context");
+    require_not_null(graph, __func__, "graph");
+    require_not_null(out, __func__, "out");
+    const CompileOptions compile_options = compile_options_from(options, __func__);
+    auto plan = std::make_unique<ge2_plan_s>();
+    plan->plan = compile_plan(context->backend, graph->graph, compile_options);
+    *out = plan.release();
+  });
+}
+
+void ge2_plan_destroy(ge2_plan_t* plan) { std::unique_ptr<ge2_plan_s> owned(plan); }
+
+ge2_status_t ge2_plan_describe(const ge2_plan_t* plan, const char** json_out) {
+  return guarded(__func__, [&] {
+    require_not_null(plan, __func__, "plan");
+    require_not_null(json_out, __func__, "json_out");
+    *json_out = plan->plan->description().c_str();
+  });
+}
+
+ge2_status_t ge2_plan_io_count(const ge2_plan_t* plan, size_t* out) {
+  return guarded(__func__, [&] {
+    require_not_null(plan, __func__, "plan");
+    require_not_null(out, __func__, "out");
+    *out = plan->plan->io().size();
+  });
+}
+
+ge2_status_t ge2_plan_io_info(const ge2_plan_t* plan, size_t index, ge2_io_info_t* out) {
+  return guarded(__func__, [&] {
+    require_not_null(plan, __func__, "plan");
+    require_not_null(out, __func__, "out");
+    const auto& io = plan->plan->io();
+    require(index < io.size(), GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'index' = {} is out of range (the plan has {} inputs and outputs)",
+            __func__, index, io.size());
+    out->name = io[index].name.c_str();
+    out->is_output = io[index].is_output ? 1 : 0;
+    out->desc = io[index].type.to_desc();
+    out->required_bytes = io[index].type.span_bytes();
+  });
+}
+
+ge2_status_t ge2_plan_execute(ge2_plan_t* plan, const ge2_binding_t* bindings, size_t num_bindings,
+                              void* stream) {
+  return guarded(__func__, [&] {
+    require_not_null(plan, __func__, "plan");
+    plan->plan->execute(bindings, num_bindings, stream);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,97 @@
+// The CPU reference backend: host pointers, synchronous, every op and dtype.
+#include <cstdlib>
+#include <vector>
+
+#include "backends/cpu/cpu_kernels.hpp"
+#include "core/error.hpp"
+#include "exec/backend.hpp"
+
+namespace ge2 {
+namespace {
+
+void* slot_pointer(const ExecState& state, int slot) {
+  return slot < 0 ? nullptr : state.slots[static_cast<std::size_t>(slot)];
+}
+
+class CpuGemmStep final : public Step {
+ public:
+  CpuGemmStep(const GemmProblem& problem, const GemmSlots& slots)
+      : problem_(problem), slots_(slots) {}
+  void run(const ExecState& s) override {
+    cpu::gemm(problem_, slot_pointer(s, slots_.a), slot_pointer(s, slots_.b),
+              slot_pointer(s, slots_.c), slot_pointer(s, slots_.bias), slot_pointer(s, slots_.d));
+  }
+  nlohmann::json describe() const override {
+    return {{"name", "cpu_ref"}, {"epilogue", "fused in the reference loop"}};
+  }
+
+ private:
+  GemmProblem problem_;
+  GemmSlots slots_;
+};
+
+class CpuElementwiseStep final : public Step {
+ public:
+  CpuElementwiseStep(const ElementwiseProblem& problem, const ElementwiseSlots& slots)
+      : problem_(problem), slots_(slots) {}
+  void run(const ExecState& s) override {
+    cpu::elementwise(problem_, slot_pointer(s, slots_.x), slot_pointer(s, slots_.bias),
+                     slot_pointer(s, slots_.out));
+  }
+  nlohmann::json describe() const override { return {{"name", "cpu_elementwise"}}; }
+
+ private:
+  ElementwiseProblem problem_;
+  ElementwiseSlots slots_;
+};
+
+class HostBuffer final : public Buffer {
+ public:
+  explicit HostBuffer(std::size_t bytes) : storage_((bytes + 15) / 16) {}
+  void* data() override { return storage_.data(); }
+
+ private:
+  struct alignas(16) Block {
+    unsigned char bytes[16];
+  };
+  std::vector<Block> storage_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  ge2_device_kind_t kind() const override { return GE2_DEVICE_CPU; }
+  const DeviceInfo& device() const override { return device_; }
+  nlohmann::json describe() const override {
+    return {{"kind", "cpu"}, {"device", "host (reference backend)"}};
+  }
+
+  std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
+                                  KernelId kernel) override {
+    require(kernel == KernelId::CpuRef, GE2_ERROR_UNSUPPORTED,
+            "the CPU backend cannot run kernel '{}'", kernel_name(kernel));
+    return std::make_unique<CpuGemmStep>(problem, slots);
+  }
+  std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
+                                         const ElementwiseSlots& slots) override {
+    return std::make_unique<CpuElementwiseStep>(problem, slots);
+  }
+  std::unique_ptr<Buffer> allocate(std::size_t bytes) override {
+    return std::make_unique<HostBuffer>(bytes);
+  }
+  void execute(const std::vector<std::unique_ptr<Step>>& steps, ExecState& state,
+               const std::vector<std::size_t>&, const std::vector<bool>&) override {
+    require(state.stream == nullptr, GE2_ERROR_INVALID_ARGUMENT,
+            "ge2_plan_execute: argument 'stream' = {} must be NULL on the CPU backend",
+            state.stream);
+    for (const auto& step : steps) step->run(state);
+  }
+
+ private:
+  DeviceInfo device_{};
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace ge2

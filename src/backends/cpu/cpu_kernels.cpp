@@ -1,0 +1,75 @@
+#include "backends/cpu/cpu_kernels.hpp"
+
+#include <vector>
+
+#include "core/activation.hpp"
+
+namespace ge2::cpu {
+namespace {
+
+// Copies op(matrix) of one batch into a dense row-major float buffer [rows x cols].
+void pack(const MatrixView& v, bool transposed, DType dtype, const void* base,
+          std::int64_t batch_index, std::vector<float>& out) {
+  const std::int64_t rows = transposed ? v.cols : v.rows;
+  const std::int64_t cols = transposed ? v.rows : v.cols;
+  out.resize(static_cast<std::size_t>(rows * cols));
+  const std::int64_t origin = batch_index * v.batch_stride;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const std::int64_t stored_row = transposed ? j : i;
+      const std::int64_t stored_col = transposed ? i : j;
+      out[static_cast<std::size_t>(i * cols + j)] = load_as_float(
+          base, dtype, origin + stored_row * v.row_stride + stored_col * v.col_stride);
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(const GemmProblem& p, const void* a, const void* b, const void* c, const void* bias,
+          void* d) {
+  std::vector<float> packed_a, packed_b, row(static_cast<std::size_t>(p.n));
+  for (std::int64_t batch = 0; batch < p.batch; ++batch) {
+    pack(p.a, p.trans_a, p.dtype, a, batch, packed_a);
+    pack(p.b, p.trans_b, p.dtype, b, batch, packed_b);
+    for (std::int64_t i = 0; i < p.m; ++i) {
+      std::fill(row.begin(), row.end(), 0.0f);
+      const float* a_row = packed_a.data() + i * p.k;
+      // i-k-j order keeps the inner loop contiguous in B and the accumulator.
+      for (std::int64_t kk = 0; kk < p.k; ++kk) {
+        const float a_ik = a_row[kk];
+        const float* b_row = packed_b.data() + kk * p.n;
+        for (std::int64_t j = 0; j < p.n; ++j) row[static_cast<std::size_t>(j)] += a_ik * b_row[j];
+      }
+      for (std::int64_t j = 0; j < p.n; ++j) {
+        float value = p.alpha * row[static_cast<std::size_t>(j)];
+        if (p.has_c)
+          value += p.beta * load_as_float(
+                                c, p.dtype,
+                                batch * p.c.batch_stride + i * p.c.row_stride + j * p.c.col_stride);
+        if (p.has_bias) value += load_as_float(bias, p.dtype, j * p.bias_stride);
+        store_from_float(d, p.dtype,
+                         batch * p.d.batch_stride + i * p.d.row_stride + j * p.d.col_stride,
+                         apply_activation(p.act, value));
+      }
+    }
+  }
+}
+
+void elementwise(const ElementwiseProblem& p, const void* x, const void* bias, void* out) {
+  const MatrixView xv = matrix_view(p.x), ov = matrix_view(p.out);
+  for (std::int64_t batch = 0; batch < xv.batch; ++batch) {
+    for (std::int64_t i = 0; i < xv.rows; ++i) {
+      for (std::int64_t j = 0; j < xv.cols; ++j) {
+        float value = load_as_float(
+            x, p.x.dtype, batch * xv.batch_stride + i * xv.row_stride + j * xv.col_stride);
+        if (p.has_bias) value += load_as_float(bias, p.x.dtype, j * p.bias_stride);
+        store_from_float(out, p.out.dtype,
+                         batch * ov.batch_stride + i * ov.row_stride + j * ov.col_stride,
+                         apply_activation(p.act, value));
+      }
+    }
+  }
+}
+
+}  // namespace ge2::cpu

@@ -1,0 +1,14 @@
+// Reference kernels on the host: storage in f16/bf16/f32, arithmetic in f32,
+// any strides. They define what every other backend must compute.
+#pragma once
+
+#include "exec/gemm_problem.hpp"
+
+namespace ge2::cpu {
+
+void gemm(const GemmProblem& problem, const void* a, const void* b, const void* c, const void* bias,
+          void* d);
+
+void elementwise(const ElementwiseProblem& problem, const void* x, const void* bias, void* out);
+
+}  // namespace ge2::cpu

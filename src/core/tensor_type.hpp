@@ -1,0 +1,51 @@
+// A tensor's type: dtype, rank (1..3), shape and strides in elements.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.hpp"
+
+namespace ge2 {
+
+struct TensorType {
+  DType dtype = DType::F32;
+  int rank = 0;
+  std::array<std::int64_t, 3> shape{0, 0, 0};
+  std::array<std::int64_t, 3> strides{0, 0, 0};
+
+  std::int64_t element_count() const;
+  // Elements between the first and one past the last addressed element.
+  std::int64_t span_elements() const;
+  std::size_t span_bytes() const {
+    return static_cast<std::size_t>(span_elements()) * dtype_size(dtype);
+  }
+  bool is_dense_row_major() const;
+  bool same_shape(const TensorType& other) const;
+  std::string shape_string() const;  // e.g. "[4, 128, 64] f16"
+
+  ge2_tensor_desc_t to_desc() const;
+  static TensorType dense(DType dtype, int rank, std::array<std::int64_t, 3> shape);
+};
+
+// Largest dimension and element count ge2 accepts: keeps every offset and byte
+// count computed from them far from int64 overflow.
+inline constexpr std::int64_t kMaxDimension = std::int64_t{1} << 31;
+inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 40;
+
+// Validates a caller's description and returns it with strides filled in.
+// `where` names the function and argument for error messages.
+TensorType tensor_type_from_desc(const ge2_tensor_desc_t& desc, const std::string& where);
+
+// Throws GE2_ERROR_INVALID_ARGUMENT if the strides address one element twice.
+void check_strides_do_not_overlap(const TensorType& type, const std::string& where);
+
+// A rank-2 or rank-3 tensor seen as a batch of matrices.
+struct MatrixView {
+  std::int64_t batch = 1, rows = 0, cols = 0;
+  std::int64_t batch_stride = 0, row_stride = 0, col_stride = 0;
+};
+MatrixView matrix_view(const TensorType& type);
+
+}  // namespace ge2

@@ -1,0 +1,61 @@
+// A backend creates kernels and buffers for one device kind. The CPU backend is
+// always built; the CUDA backend only with GE2_WITH_CUDA.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "exec/gemm_problem.hpp"
+#include "exec/step.hpp"
+#include "select/device_info.hpp"
+#include "select/selector.hpp"
+
+namespace ge2 {
+
+// Slot indices of a GEMM step's operands (-1 when absent).
+struct GemmSlots {
+  int a = -1, b = -1, c = -1, bias = -1, d = -1;
+};
+struct ElementwiseSlots {
+  int x = -1, bias = -1, out = -1;
+};
+
+// Memory a plan owns for one intermediate value.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual ge2_device_kind_t kind() const = 0;
+  virtual const DeviceInfo& device() const = 0;
+  virtual nlohmann::json describe() const = 0;
+
+  // Measured times from the tuning cache, for the selector; empty by default.
+  virtual MeasuredTime measured_times() { return {}; }
+
+  virtual std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
+                                          KernelId kernel) = 0;
+  virtual std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
+                                                 const ElementwiseSlots& slots) = 0;
+  virtual std::unique_ptr<Buffer> allocate(std::size_t bytes) = 0;
+
+  // Runs the steps with the caller's pointers. `io_bytes[i]` is the size of slot
+  // i when it is bound by the caller (0 for plan-owned slots); `io_is_output[i]`
+  // says whether it is written. Backends may stage or order work here.
+  virtual void execute(const std::vector<std::unique_ptr<Step>>& steps, ExecState& state,
+                       const std::vector<std::size_t>& io_bytes,
+                       const std::vector<bool>& io_is_output) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+// Throws GE2_ERROR_NO_DEVICE when no usable device exists.
+std::unique_ptr<Backend> make_cuda_backend(int device_ordinal, ge2_tune_mode_t tune_mode,
+                                           const std::string& tunedb_path);
+bool cuda_backend_available();  // built with CUDA and a device answers
+
+}  // namespace ge2

@@ -1,0 +1,53 @@
+#include "exec/gemm_problem.hpp"
+
+#include <fmt/format.h>
+
+namespace ge2 {
+
+double GemmProblem::min_bytes() const {
+  const double elements =
+      static_cast<double>(batch) * (static_cast<double>(m) * k + static_cast<double>(k) * n +
+                                    static_cast<double>(m) * n * (has_c ? 2.0 : 1.0));
+  return elements * static_cast<double>(dtype_size(dtype));
+}
+
+std::string GemmProblem::shape_string() const {
+  return batch > 1 ? fmt::format("{}x{}x{}x{}", batch, m, n, k) : fmt::format("{}x{}x{}", m, n, k);
+}
+
+GemmProblem make_gemm_problem(const Node& node, const std::vector<TensorType>& storage, ValueId d) {
+  auto type_of = [&](ValueId id) -> const TensorType& {
+    return storage.at(static_cast<std::size_t>(id));
+  };
+  GemmProblem p;
+  const TensorType& a = type_of(node.a);
+  const TensorType& b = type_of(node.b);
+  const TensorType& d_type = type_of(d);
+  p.dtype = a.dtype;
+  p.a = matrix_view(a);
+  p.b = matrix_view(b);
+  p.d = matrix_view(d_type);
+  p.trans_a = node.gemm.trans_a;
+  p.trans_b = node.gemm.trans_b;
+  p.m = p.d.rows;
+  p.n = p.d.cols;
+  p.k = p.trans_a ? p.a.rows : p.a.cols;
+  p.batch = p.d.batch;
+  // A rank-2 operand is shared by every matrix of the batch.
+  if (a.rank == 2) p.a.batch_stride = 0;
+  if (b.rank == 2) p.b.batch_stride = 0;
+  if (node.c != kNoValue) {
+    p.has_c = true;
+    p.c = matrix_view(type_of(node.c));
+  }
+  if (node.bias != kNoValue) {
+    p.has_bias = true;
+    p.bias_stride = type_of(node.bias).strides[0];
+  }
+  p.act = node.act;
+  p.alpha = node.gemm.alpha;
+  p.beta = node.gemm.beta;
+  return p;
+}
+
+}  // namespace ge2

@@ -1,0 +1,42 @@
+// A GEMM node resolved to what kernels need: sizes, stored layouts, epilogue.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor_type.hpp"
+#include "ir/graph.hpp"
+
+namespace ge2 {
+
+struct GemmProblem {
+  DType dtype = DType::F16;
+  std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  // Stored operands, element (i, j) of batch b at b*batch_stride + i*row_stride + j*col_stride.
+  // A is [M,K] (or [K,M] when trans_a), B is [K,N] (or [N,K] when trans_b), C and D are [M,N].
+  MatrixView a, b, c, d;
+  bool trans_a = false, trans_b = false;
+  bool has_c = false, has_bias = false;
+  std::int64_t bias_stride = 1;
+  Activation act = Activation::None;
+  float alpha = 1.0f, beta = 0.0f;
+
+  double flops() const { return 2.0 * static_cast<double>(m) * n * k * batch; }
+  // Bytes a kernel must move at least: A, B (and C) read once, D written once.
+  double min_bytes() const;
+  std::string shape_string() const;  // "MxNxK" or "BxMxNxK"
+};
+
+// `storage[v]` is the memory layout of value v (inputs and outputs may be strided).
+GemmProblem make_gemm_problem(const Node& node, const std::vector<TensorType>& storage, ValueId d);
+
+// An elementwise step: out = act(x + bias) with bias optional.
+struct ElementwiseProblem {
+  TensorType x, out;
+  bool has_bias = false;
+  std::int64_t bias_stride = 1;
+  Activation act = Activation::None;
+};
+
+}  // namespace ge2

@@ -1,0 +1,189 @@
+#include "exec/plan.hpp"
+
+#include <cstring>
+
+#include "core/error.hpp"
+#include "passes/pass.hpp"
+
+namespace ge2 {
+namespace {
+
+nlohmann::json problem_json(const GemmProblem& p) {
+  auto view = [](const MatrixView& v) {
+    return nlohmann::json{{"rows", v.rows},
+                          {"cols", v.cols},
+                          {"row_stride", v.row_stride},
+                          {"col_stride", v.col_stride},
+                          {"batch_stride", v.batch_stride}};
+  };
+  nlohmann::json j{{"m", p.m},
+                   {"n", p.n},
+                   {"k", p.k},
+                   {"batch", p.batch},
+                   {"dtype", dtype_name(p.dtype)},
+                   {"trans_a", p.trans_a},
+                   {"trans_b", p.trans_b},
+                   {"has_bias", p.has_bias},
+                   {"activation", activation_name(p.act)},
+                   {"alpha", p.alpha},
+                   {"a", view(p.a)},
+                   {"b", view(p.b)},
+                   {"d", view(p.d)}};
+  if (p.has_c) {
+    j["c"] = view(p.c);
+    j["beta"] = p.beta;
+  }
+  return j;
+}
+
+nlohmann::json selection_json(const Selection& selection) {
+  nlohmann::json candidates = nlohmann::json::array();
+  for (const auto& c : selection.candidates) {
+    nlohmann::json entry{{"kernel", kernel_name(c.kernel)}, {"feasible", c.feasible}};
+    if (c.feasible) {
+      entry["score_us"] = c.estimated_us;
+      entry["measured"] = c.measured;
+    }
+    entry["reason"] = c.reason;
+    candidates.push_back(entry);
+  }
+  return {{"kernel", kernel_name(selection.kernel)},
+          {"why", selection.why},
+          {"candidates", candidates}};
+}
+
+}  // namespace
+
+std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph graph,
+                                   const CompileOptions& options) {
+  Backend& backend = *backend_ptr;
+  nlohmann::json passes_json = nlohmann::json::array();
+  for (const auto& pass : standard_pipeline(options.fuse)) {
+    PassLog log;
+    pass->run(graph, log);
+    passes_json.push_back({{"pass", pass->name()}, {"notes", log.notes}});
+  }
+
+  auto plan = std::make_unique<Plan>(backend_ptr);
+  const auto count = static_cast<std::size_t>(graph.size());
+  // The memory layout of every value: inputs as described, outputs as marked,
+  // intermediates dense.
+  std::vector<TensorType> storage(count);
+  std::vector<int> slot_of(count, -1);
+  for (ValueId id = 0; id < graph.size(); ++id)
+    storage[static_cast<std::size_t>(id)] = graph.node(id).type;
+  for (const auto& output : graph.outputs())
+    if (output.layout) storage[static_cast<std::size_t>(output.value)] = *output.layout;
+
+  auto new_slot = [&](void* owned_pointer, std::size_t io_bytes, bool is_output) {
+    plan->slot_defaults_.push_back(owned_pointer);
+    plan->io_bytes_.push_back(io_bytes);
+    plan->io_is_output_.push_back(is_output);
+    return static_cast<int>(plan->slot_defaults_.size()) - 1;
+  };
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    const Node& node = graph.node(id);
+    if (node.kind != OpKind::Input) continue;
+    const auto& type = storage[static_cast<std::size_t>(id)];
+    const int slot = new_slot(nullptr, type.span_bytes(), false);
+    slot_of[static_cast<std::size_t>(id)] = slot;
+    plan->io_.push_back({node.input_name, false, type, slot});
+  }
+  for (const auto& output : graph.outputs()) {
+    const auto& type = storage[static_cast<std::size_t>(output.value)];
+    const int slot = new_slot(nullptr, type.span_bytes(), true);
+    slot_of[static_cast<std::size_t>(output.value)] = slot;
+    plan->io_.push_back({output.name, true, type, slot});
+  }
+
+  nlohmann::json steps_json = nlohmann::json::array();
+  const DeviceInfo& device = backend.device();
+  const MeasuredTime measured = backend.measured_times();
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    const Node& node = graph.node(id);
+    if (!node.live || node.kind == OpKind::Input) continue;
+    auto& slot = slot_of[static_cast<std::size_t>(id)];
+    if (slot < 0) {
+      auto buffer = backend.allocate(storage[static_cast<std::size_t>(id)].span_bytes());
+      slot = new_slot(buffer->data(), 0, false);
+      plan->owned_.push_back(std::move(buffer));
+    }
+    auto slot_for = [&](ValueId v) {
+      return v == kNoValue ? -1 : slot_of[static_cast<std::size_t>(v)];
+    };
+    nlohmann::json step_json{{"node", id},
+                             {"op", op_kind_name(node.kind)},
+                             {"fused_from", node.fused_from},
+                             {"output", storage[static_cast<std::size_t>(id)].shape_string()}};
+    if (node.is_gemm_family()) {
+      const GemmProblem problem = make_gemm_problem(node, storage, id);
+      const Selection selection = select_gemm_kernel(problem, device, options.policy, measured);
+      plan->steps_.push_back(backend.make_gemm(
+          problem,
+          {slot_for(node.a), slot_for(node.b), slot_for(node.c), slot_for(node.bias), slot},
+          selection.kernel));
+      step_json["problem"] = problem_json(problem);
+      step_json["selection"] = selection_json(selection);
+    } else {
+      ElementwiseProblem problem;
+      problem.x = storage[static_cast<std::size_t>(node.x)];
+      problem.out = storage[static_cast<std::size_t>(id)];
+      problem.has_bias = node.kind == OpKind::BiasAdd;
+      if (problem.has_bias)
+        problem.bias_stride = storage[static_cast<std::size_t>(node.bias)].strides[0];
+      problem.act = node.kind == OpKind::Activation ? node.act : Activation::None;
+      plan->steps_.push_back(
+          backend.make_elementwise(problem, {slot_for(node.x), slot_for(node.bias), slot}));
+      step_json["activation"] = activation_name(problem.act);
+    }
+    step_json["kernel"] = plan->steps_.back()->describe();
+    steps_json.push_back(step_json);
+  }
+
+  nlohmann::json io_json = nlohmann::json::array();
+  for (const auto& io : plan->io_)
+    io_json.push_back(
+        {{"name", io.name}, {"output", io.is_output}, {"type", io.type.shape_string()}});
+  const nlohmann::json description{{"backend", backend.describe()},
+                                   {"passes", passes_json},
+                                   {"io", io_json},
+                                   {"steps", steps_json}};
+  plan->description_ = description.dump(2);
+  plan->state_.slots = plan->slot_defaults_;
+  return plan;
+}
+
+void Plan::execute(const ge2_binding_t* bindings, std::size_t count, void* stream) {
+  require(bindings != nullptr || count == 0, GE2_ERROR_INVALID_ARGUMENT,
+          "ge2_plan_execute: argument 'bindings' is NULL with num_bindings = {}", count);
+  std::lock_guard lock(mutex_);
+  state_.slots = slot_defaults_;
+  state_.stream = stream;
+  std::vector<bool> bound(io_.size(), false);
+  for (std::size_t i = 0; i < count; ++i) {
+    const ge2_binding_t& binding = bindings[i];
+    require(binding.name != nullptr, GE2_ERROR_INVALID_ARGUMENT,
+            "ge2_plan_execute: argument 'bindings[{}].name' is NULL", i);
+    std::size_t index = 0;
+    while (index < io_.size() && io_[index].name != binding.name) ++index;
+    require(index < io_.size(), GE2_ERROR_INVALID_ARGUMENT,
+            "ge2_plan_execute: argument 'bindings[{}].name' = '{}' is not an input or output of "
+            "the plan",
+            i, binding.name);
+    require(!bound[index], GE2_ERROR_INVALID_ARGUMENT,
+            "ge2_plan_execute: argument 'bindings[{}].name' = '{}' is bound twice", i,
+            binding.name);
+    require(binding.data != nullptr, GE2_ERROR_INVALID_ARGUMENT,
+            "ge2_plan_execute: argument 'bindings[{}].data' for '{}' is NULL", i, binding.name);
+    bound[index] = true;
+    state_.slots[static_cast<std::size_t>(io_[index].slot)] = binding.data;
+  }
+  for (std::size_t index = 0; index < io_.size(); ++index) {
+    require(bound[index], GE2_ERROR_INVALID_ARGUMENT,
+            "ge2_plan_execute: argument 'bindings': {} '{}' is not bound",
+            io_[index].is_output ? "output" : "input", io_[index].name);
+  }
+  backend_->execute(steps_, state_, io_bytes_, io_is_output_);
+}
+
+}  // namespace ge2

@@ -1,0 +1,158 @@
+#include "ir/graph.hpp"
+
+#include "core/error.hpp"
+
+namespace ge2 {
+
+bool is_valid_activation(int value) { return value >= GE2_ACT_NONE && value <= GE2_ACT_GELU_TANH; }
+
+const char* activation_name(Activation act) {
+  switch (act) {
+    case Activation::None:
+      return "none";
+    case Activation::Relu:
+      return "relu";
+    case Activation::GeluErf:
+      return "gelu_erf";
+    case Activation::GeluTanh:
+      return "gelu_tanh";
+  }
+  return "?";
+}
+
+const char* op_kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::Input:
+      return "input";
+    case OpKind::Gemm:
+      return "gemm";
+    case OpKind::BiasAdd:
+      return "bias_add";
+    case OpKind::Activation:
+      return "activation";
+    case OpKind::GemmBiasAct:
+      return "gemm_bias_act";
+  }
+  return "?";
+}
+
+std::vector<ValueId> Node::operands() const {
+  std::vector<ValueId> ids;
+  for (ValueId id : {a, b, c, x, bias})
+    if (id != kNoValue) ids.push_back(id);
+  return ids;
+}
+
+ValueId Graph::add(Node node) {
+  nodes_.push_back(std::move(node));
+  return size() - 1;
+}
+
+bool Graph::is_output(ValueId id) const {
+  for (const auto& output : outputs_)
+    if (output.value == id) return true;
+  return false;
+}
+
+int Graph::use_count(ValueId id) const {
+  int uses = 0;
+  for (const auto& node : nodes_) {
+    if (!node.live) continue;
+    for (ValueId operand : node.operands()) uses += operand == id;
+  }
+  for (const auto& output : outputs_) uses += output.value == id;
+  return uses;
+}
+
+namespace {
+
+const TensorType& operand_type(const Graph& graph, ValueId id, const char* role,
+                               const std::string& where) {
+  require(graph.contains(id), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument '{}': value {} does not exist", where, role, id);
+  return graph.node(id).type;
+}
+
+void require_same_dtype(const TensorType& x, const TensorType& y, const char* role,
+                        const std::string& where) {
+  require(x.dtype == y.dtype, GE2_ERROR_SHAPE_MISMATCH,
+          "{}: argument '{}': dtype {} differs from the first operand's {}", where, role,
+          dtype_name(y.dtype), dtype_name(x.dtype));
+}
+
+TensorType infer_gemm(const Graph& graph, const Node& node, const std::string& where) {
+  const TensorType& a = operand_type(graph, node.a, "a", where);
+  const TensorType& b = operand_type(graph, node.b, "b", where);
+  require(a.rank >= 2, GE2_ERROR_SHAPE_MISMATCH, "{}: argument 'a': rank {} must be 2 or 3 ({})",
+          where, a.rank, a.shape_string());
+  require(b.rank >= 2, GE2_ERROR_SHAPE_MISMATCH, "{}: argument 'b': rank {} must be 2 or 3 ({})",
+          where, b.rank, b.shape_string());
+  require_same_dtype(a, b, "b", where);
+  const MatrixView av = matrix_view(a), bv = matrix_view(b);
+  const std::int64_t m = node.gemm.trans_a ? av.cols : av.rows;
+  const std::int64_t k = node.gemm.trans_a ? av.rows : av.cols;
+  const std::int64_t kb = node.gemm.trans_b ? bv.cols : bv.rows;
+  const std::int64_t n = node.gemm.trans_b ? bv.rows : bv.cols;
+  require(k == kb, GE2_ERROR_SHAPE_MISMATCH,
+          "{}: argument 'b': K={} does not match A's K={} (a {}{}, b {}{})", where, kb, k,
+          a.shape_string(), node.gemm.trans_a ? " transposed" : "", b.shape_string(),
+          node.gemm.trans_b ? " transposed" : "");
+  require(a.rank == 2 || b.rank == 2 || av.batch == bv.batch, GE2_ERROR_SHAPE_MISMATCH,
+          "{}: argument 'b': batch {} does not match A's batch {}", where, bv.batch, av.batch);
+  const std::int64_t batch = a.rank == 3 ? av.batch : bv.batch;
+  const bool batched = a.rank == 3 || b.rank == 3;
+  TensorType out = batched ? TensorType::dense(a.dtype, 3, {batch, m, n})
+                           : TensorType::dense(a.dtype, 2, {m, n, 0});
+  require(out.element_count() <= kMaxElements, GE2_ERROR_INVALID_ARGUMENT,
+          "{}: the result {} has more than {} elements", where, out.shape_string(), kMaxElements);
+
+  if (node.c != kNoValue) {
+    const TensorType& c = operand_type(graph, node.c, "c", where);
+    require_same_dtype(a, c, "c", where);
+    require(c.same_shape(out), GE2_ERROR_SHAPE_MISMATCH,
+            "{}: argument 'c': shape {} differs from the result's {}", where, c.shape_string(),
+            out.shape_string());
+  }
+  require(node.c != kNoValue || node.gemm.beta == 0.0f, GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'attrs': beta = {} needs a C operand", where, node.gemm.beta);
+  if (node.bias != kNoValue) {
+    const TensorType& bias = operand_type(graph, node.bias, "bias", where);
+    require_same_dtype(a, bias, "bias", where);
+    require(bias.rank == 1 && bias.shape[0] == n, GE2_ERROR_SHAPE_MISMATCH,
+            "{}: argument 'bias': shape {} must be [{}] (N)", where, bias.shape_string(), n);
+  }
+  return out;
+}
+
+TensorType infer_elementwise(const Graph& graph, const Node& node, const std::string& where) {
+  const TensorType& x = operand_type(graph, node.x, "x", where);
+  require(x.rank >= 2, GE2_ERROR_SHAPE_MISMATCH, "{}: argument 'x': rank {} must be 2 or 3 ({})",
+          where, x.rank, x.shape_string());
+  if (node.kind == OpKind::BiasAdd) {
+    const TensorType& bias = operand_type(graph, node.bias, "bias", where);
+    require_same_dtype(x, bias, "bias", where);
+    const std::int64_t n = x.shape[x.rank - 1];
+    require(bias.rank == 1 && bias.shape[0] == n, GE2_ERROR_SHAPE_MISMATCH,
+            "{}: argument 'bias': shape {} must be [{}] (x's last dimension)", where,
+            bias.shape_string(), n);
+  }
+  return TensorType::dense(x.dtype, x.rank, x.shape);
+}
+
+}  // namespace
+
+TensorType infer_node_type(const Graph& graph, const Node& node, const std::string& where) {
+  switch (node.kind) {
+    case OpKind::Input:
+      return node.type;
+    case OpKind::Gemm:
+    case OpKind::GemmBiasAct:
+      return infer_gemm(graph, node, where);
+    case OpKind::BiasAdd:
+    case OpKind::Activation:
+      return infer_elementwise(graph, node, where);
+  }
+  fail(GE2_ERROR_INTERNAL, "{}: unknown op kind {}", where, static_cast<int>(node.kind));
+}
+
+}  // namespace ge2

@@ -1,0 +1,84 @@
+// The graph IR: a list of nodes in topological order (every operand refers to an
+// earlier node), each producing one value whose id is the node's index.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor_type.hpp"
+
+namespace ge2 {
+
+using ValueId = int;
+inline constexpr ValueId kNoValue = -1;
+
+enum class OpKind { Input, Gemm, BiasAdd, Activation, GemmBiasAct };
+
+enum class Activation : int {
+  None = GE2_ACT_NONE,
+  Relu = GE2_ACT_RELU,
+  GeluErf = GE2_ACT_GELU_ERF,
+  GeluTanh = GE2_ACT_GELU_TANH
+};
+
+bool is_valid_activation(int value);
+const char* activation_name(Activation act);
+const char* op_kind_name(OpKind kind);
+
+struct GemmAttrs {
+  bool trans_a = false;
+  bool trans_b = false;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+
+struct Node {
+  OpKind kind = OpKind::Input;
+  // Operands by role; unused roles hold kNoValue.
+  ValueId a = kNoValue, b = kNoValue, c = kNoValue;  // GEMM family
+  ValueId x = kNoValue;                              // BiasAdd, Activation
+  ValueId bias = kNoValue;                           // BiasAdd, GemmBiasAct
+  GemmAttrs gemm;
+  Activation act = Activation::None;
+  std::string input_name;           // Input only
+  TensorType type;                  // the value this node produces
+  bool live = true;                 // cleared by dead-node removal
+  std::vector<ValueId> fused_from;  // original nodes folded into this one (for the plan text)
+
+  bool is_gemm_family() const { return kind == OpKind::Gemm || kind == OpKind::GemmBiasAct; }
+  std::vector<ValueId> operands() const;
+};
+
+struct GraphOutput {
+  ValueId value = kNoValue;
+  std::string name;
+  std::optional<TensorType> layout;  // caller-given strides; dense row-major when empty
+};
+
+class Graph {
+ public:
+  ValueId add(Node node);  // appends; the caller has inferred node.type
+  const Node& node(ValueId id) const { return nodes_.at(static_cast<std::size_t>(id)); }
+  Node& node(ValueId id) { return nodes_.at(static_cast<std::size_t>(id)); }
+  int size() const { return static_cast<int>(nodes_.size()); }
+  bool contains(ValueId id) const { return id >= 0 && id < size(); }
+
+  const std::vector<GraphOutput>& outputs() const { return outputs_; }
+  void add_output(GraphOutput output) { outputs_.push_back(std::move(output)); }
+
+  bool is_output(ValueId id) const;
+  // Number of live nodes using `id` as an operand, plus one per output naming it.
+  int use_count(ValueId id) const;
+
+ private:
+  std::vector<Node> nodes_;
+  std::vector<GraphOutput> outputs_;
+};
+
+// Shape and dtype rules of every op: returns the type `node` produces from its
+// operands' types, or throws GE2_ERROR_SHAPE_MISMATCH / INVALID_ARGUMENT with a
+// message that starts with `where`.
+TensorType infer_node_type(const Graph& graph, const Node& node, const std::string& where);
+
+}  // namespace ge2

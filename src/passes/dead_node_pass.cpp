@@ -1,0 +1,34 @@
+#include <vector>
+
+#include "core/error.hpp"
+#include "passes/pass.hpp"
+
+namespace ge2 {
+
+void DeadNodePass::run(Graph& graph, PassLog& log) const {
+  std::vector<bool> needed(static_cast<std::size_t>(graph.size()), false);
+  for (const auto& output : graph.outputs()) needed[static_cast<std::size_t>(output.value)] = true;
+  // Operands precede their users, so one backward sweep reaches everything.
+  for (ValueId id = graph.size() - 1; id >= 0; --id) {
+    const Node& node = graph.node(id);
+    if (!needed[static_cast<std::size_t>(id)] || !node.live) continue;
+    for (ValueId operand : node.operands()) needed[static_cast<std::size_t>(operand)] = true;
+  }
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    Node& node = graph.node(id);
+    if (node.kind == OpKind::Input || !node.live || needed[static_cast<std::size_t>(id)]) continue;
+    node.live = false;
+    log.notes.push_back(fmt::format("removed dead {} #{}", op_kind_name(node.kind), id));
+  }
+}
+
+std::vector<std::unique_ptr<Pass>> standard_pipeline(bool fuse) {
+  std::vector<std::unique_ptr<Pass>> passes;
+  passes.push_back(std::make_unique<ValidatePass>());
+  passes.push_back(std::make_unique<ShapeInferencePass>());
+  if (fuse) passes.push_back(std::make_unique<FusionPass>());
+  passes.push_back(std::make_unique<DeadNodePass>());
+  return passes;
+}
+
+}  // namespace ge2

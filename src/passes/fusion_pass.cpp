@@ -1,0 +1,55 @@
+#include "core/error.hpp"
+#include "passes/pass.hpp"
+
+namespace ge2 {
+namespace {
+
+// The producer of `consumer.x` if it is a GEMM whose result nothing else reads.
+Node* sole_use_gemm_producer(Graph& graph, const Node& consumer) {
+  Node& producer = graph.node(consumer.x);
+  if (!producer.live || !producer.is_gemm_family()) return nullptr;
+  if (graph.use_count(consumer.x) != 1) return nullptr;
+  return &producer;
+}
+
+// Moves the GEMM of `producer` into `consumer`, which becomes the fused node.
+void absorb_gemm(Node& consumer, Node& producer, ValueId producer_id) {
+  consumer.fused_from = producer.fused_from;
+  consumer.fused_from.push_back(producer_id);
+  consumer.a = producer.a;
+  consumer.b = producer.b;
+  consumer.c = producer.c;
+  consumer.gemm = producer.gemm;
+  if (consumer.kind == OpKind::Activation) consumer.bias = producer.bias;
+  if (consumer.kind == OpKind::BiasAdd) consumer.act = Activation::None;
+  consumer.x = kNoValue;
+  consumer.kind = OpKind::GemmBiasAct;
+  producer.live = false;
+}
+
+}  // namespace
+
+void FusionPass::run(Graph& graph, PassLog& log) const {
+  // Nodes are in topological order, so a chain GEMM -> bias -> act folds left to right.
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    Node& node = graph.node(id);
+    if (!node.live) continue;
+    if (node.kind == OpKind::BiasAdd) {
+      Node* gemm = sole_use_gemm_producer(graph, node);
+      // A bias after an activation is not the epilogue's order; leave it alone.
+      if (gemm == nullptr || gemm->bias != kNoValue || gemm->act != Activation::None) continue;
+      log.notes.push_back(fmt::format("fused {} #{} + bias_add #{} into gemm_bias_act #{}",
+                                      op_kind_name(gemm->kind), node.x, id, id));
+      absorb_gemm(node, *gemm, node.x);
+    } else if (node.kind == OpKind::Activation) {
+      Node* gemm = sole_use_gemm_producer(graph, node);
+      if (gemm == nullptr || gemm->act != Activation::None) continue;
+      log.notes.push_back(fmt::format("fused {} #{} + {} #{} into gemm_bias_act #{}",
+                                      op_kind_name(gemm->kind), node.x, activation_name(node.act),
+                                      id, id));
+      absorb_gemm(node, *gemm, node.x);
+    }
+  }
+}
+
+}  // namespace ge2

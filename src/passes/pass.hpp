@@ -1,0 +1,60 @@
+// A graph pass: one small class with one job. Passes append human-readable
+// notes to the log that the plan text shows.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/graph.hpp"
+
+namespace ge2 {
+
+struct PassLog {
+  std::vector<std::string> notes;
+};
+
+class Pass {
+ public:
+  virtual ~Pass() = default;
+  virtual std::string_view name() const = 0;
+  virtual void run(Graph& graph, PassLog& log) const = 0;
+};
+
+// Checks structure: operands refer to earlier nodes of the right kind, at least
+// one output, unique input and output names.
+class ValidatePass final : public Pass {
+ public:
+  std::string_view name() const override { return "validate"; }
+  void run(Graph& graph, PassLog& log) const override;
+};
+
+// Recomputes every node's type from its operands, so a graph is consistent
+// whatever built it.
+class ShapeInferencePass final : public Pass {
+ public:
+  std::string_view name() const override { return "shape_inference"; }
+  void run(Graph& graph, PassLog& log) const override;
+};
+
+// Folds GEMM -> bias add -> activation chains into one GemmBiasAct node where
+// the intermediate values have no other use.
+class FusionPass final : public Pass {
+ public:
+  std::string_view name() const override { return "fuse_gemm_bias_act"; }
+  void run(Graph& graph, PassLog& log) const override;
+};
+
+// Marks nodes that no output depends on as dead. Graph inputs always stay, so a
+// plan's interface does not depend on what its outputs use.
+class DeadNodePass final : public Pass {
+ public:
+  std::string_view name() const override { return "dead_node_removal"; }
+  void run(Graph& graph, PassLog& log) const override;
+};
+
+// The standard pipeline: validate, infer shapes, (fuse), remove dead nodes.
+std::vector<std::unique_ptr<Pass>> standard_pipeline(bool fuse);
+
+}  // namespace ge2

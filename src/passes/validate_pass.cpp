@@ -1,0 +1,54 @@
+#include <set>
+
+#include "core/error.hpp"
+#include "passes/pass.hpp"
+
+namespace ge2 {
+
+void ValidatePass::run(Graph& graph, PassLog&) const {
+  std::set<std::string> names;
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    const Node& node = graph.node(id);
+    const std::string where = fmt::format("validate: node {} ({})", id, op_kind_name(node.kind));
+    for (ValueId operand : node.operands()) {
+      require(operand >= 0 && operand < id, GE2_ERROR_INVALID_ARGUMENT,
+              "{}: operand {} is not an earlier node", where, operand);
+    }
+    switch (node.kind) {
+      case OpKind::Input:
+        require(!node.input_name.empty(), GE2_ERROR_INVALID_ARGUMENT, "{}: input has no name",
+                where);
+        require(names.insert(node.input_name).second, GE2_ERROR_INVALID_ARGUMENT,
+                "{}: name '{}' is used twice", where, node.input_name);
+        break;
+      case OpKind::Gemm:
+      case OpKind::GemmBiasAct:
+        require(node.a != kNoValue && node.b != kNoValue, GE2_ERROR_INVALID_ARGUMENT,
+                "{}: a GEMM needs operands a and b", where);
+        break;
+      case OpKind::BiasAdd:
+        require(node.x != kNoValue && node.bias != kNoValue, GE2_ERROR_INVALID_ARGUMENT,
+                "{}: a bias add needs operands x and bias", where);
+        break;
+      case OpKind::Activation:
+        require(node.x != kNoValue, GE2_ERROR_INVALID_ARGUMENT, "{}: an activation needs x", where);
+        break;
+    }
+    require(is_valid_activation(static_cast<int>(node.act)), GE2_ERROR_INVALID_ARGUMENT,
+            "{}: unknown activation {}", where, static_cast<int>(node.act));
+  }
+  require(!graph.outputs().empty(), GE2_ERROR_INVALID_ARGUMENT,
+          "validate: the graph has no outputs (call ge2_graph_mark_output)");
+  for (const auto& output : graph.outputs()) {
+    require(graph.contains(output.value), GE2_ERROR_INVALID_ARGUMENT,
+            "validate: output '{}' names value {}, which does not exist", output.name,
+            output.value);
+    require(graph.node(output.value).kind != OpKind::Input, GE2_ERROR_UNSUPPORTED,
+            "validate: output '{}' is the graph input '{}'; ge2 does not copy inputs to outputs",
+            output.name, graph.node(output.value).input_name);
+    require(names.insert(output.name).second, GE2_ERROR_INVALID_ARGUMENT,
+            "validate: name '{}' is used twice", output.name);
+  }
+}
+
+}  // namespace ge2

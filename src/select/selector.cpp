@@ -1,0 +1,203 @@
+#include "select/selector.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/error.hpp"
+
+namespace ge2 {
+
+DeviceInfo synthetic_h200() {
+  DeviceInfo device;
+  device.has_cuda = true;
+  device.cc_major = 9;
+  device.cc_minor = 0;
+  device.sm_count = 132;
+  device.name = "NVIDIA H200 (synthetic)";
+  device.cublaslt_version = 130100;
+  device.memory_bandwidth_gbs = 4200;
+  return device;
+}
+
+namespace {
+
+// Throughput model per kernel on a 132-SM Hopper part, scaled by SM count on
+// others. The numbers are the medians bench/bench_gemm measured on the H200
+// (docs/selector.md); they only need to rank kernels, not predict to the µs.
+struct KernelModel {
+  double peak_tflops;  // large aligned problems
+  double launch_us;    // fixed cost of one launch as seen from the stream
+  int tile_m, tile_n;  // output tile of one thread block
+};
+
+KernelModel model_of(KernelId id) {
+  switch (id) {
+    case KernelId::LtF16:
+    case KernelId::LtBf16:
+      return {700.0, 4.0, 128, 128};
+    case KernelId::LtTf32:
+      return {350.0, 4.0, 128, 128};
+    case KernelId::LtF32:
+      return {50.0, 4.0, 128, 64};
+    case KernelId::CudaF32:
+      return {18.0, 3.0, 64, 64};
+    case KernelId::CpuRef:
+      return {0.01, 1.0, 1, 1};
+  }
+  return {1.0, 1.0, 1, 1};
+}
+
+// Unaligned leading dimensions push cuBLASLt's 16-bit paths onto old kernels:
+// about 150 against 766 TFLOP/s at 4095x4097x4093 on the H200 (DEVICE-NOTES.md).
+constexpr double kUnalignedTensorCorePenalty = 0.2;
+
+std::string dtype_rule(KernelId kernel, DType dtype, const SelectionPolicy& policy) {
+  switch (kernel) {
+    case KernelId::LtF16:
+      return dtype == DType::F16 ? "" : "needs f16 tensors";
+    case KernelId::LtBf16:
+      return dtype == DType::BF16 ? "" : "needs bf16 tensors";
+    case KernelId::LtF32:
+      return dtype == DType::F32 ? "" : "needs f32 tensors";
+    case KernelId::LtTf32:
+      if (dtype != DType::F32) return "needs f32 tensors";
+      return policy.allow_tf32 ? "" : "TF32 not allowed by the compile options (allow_tf32 = 0)";
+    case KernelId::CudaF32:
+    case KernelId::CpuRef:
+      return "";
+  }
+  return "unknown kernel";
+}
+
+std::string device_rule(KernelId kernel, const DeviceInfo& device) {
+  if (kernel == KernelId::CpuRef)
+    return device.has_cuda ? "the context runs on CUDA (device pointers)" : "";
+  if (!device.has_cuda) return "no CUDA device in this context";
+  const int cc = device.compute_capability();
+  if ((kernel == KernelId::LtBf16 || kernel == KernelId::LtTf32) && cc < 80)
+    return fmt::format("needs compute capability 8.0, device has {}.{}", device.cc_major,
+                       device.cc_minor);
+  if (kernel == KernelId::LtF16 && cc < 70)
+    return fmt::format("needs compute capability 7.0, device has {}.{}", device.cc_major,
+                       device.cc_minor);
+  return "";
+}
+
+double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& device, bool aligned,
+                   std::string& basis) {
+  const KernelModel model = model_of(kernel);
+  const double sm_scale = device.sm_count > 0 ? device.sm_count / 132.0 : 1.0;
+  double peak = model.peak_tflops * (kernel == KernelId::CpuRef ? 1.0 : sm_scale);
+  basis = fmt::format("model {:.0f} TFLOP/s peak", peak);
+  if (is_cublaslt_kernel(kernel) && kernel != KernelId::LtF32 && !aligned) {
+    peak *= kUnalignedTensorCorePenalty;
+    basis += ", unaligned leading dimension x0.2";
+  }
+  // Tiles that do not fill the last wave of SMs idle part of the chip.
+  const double tiles = std::ceil(static_cast<double>(p.m) / model.tile_m) *
+                       std::ceil(static_cast<double>(p.n) / model.tile_n) * p.batch;
+  const double slots = std::max(1, device.sm_count);
+  const double waves = std::ceil(tiles / slots);
+  const double fill = kernel == KernelId::CpuRef ? 1.0 : tiles / (waves * slots);
+  const double tile_area = static_cast<double>(model.tile_m) * model.tile_n;
+  const double edge = static_cast<double>(p.m) * p.n * p.batch / (tiles * tile_area);
+  const double compute_us = p.flops() / (peak * 1e6 * fill * edge);
+  const double bandwidth = device.memory_bandwidth_gbs > 0 ? device.memory_bandwidth_gbs : 100.0;
+  const double memory_us = p.min_bytes() / (bandwidth * 1e3 * 0.8);
+  double total = model.launch_us + std::max(compute_us, memory_us);
+  if (is_cublaslt_kernel(kernel) && p.act == Activation::GeluErf) {
+    // cuBLASLt's GELU epilogue is the tanh form: erf GELU costs one more pass over D.
+    const double d_bytes = 2.0 * static_cast<double>(p.m) * p.n * p.batch * dtype_size(p.dtype);
+    total += 3.0 + d_bytes / (bandwidth * 1e3 * 0.8);
+    basis += ", + separate erf-GELU pass";
+  }
+  return total;
+}
+
+}  // namespace
+
+std::string cublaslt_layout_problem(const GemmProblem& p) {
+  auto unit_stride = [](const MatrixView& v) {
+    return v.col_stride == 1 || v.row_stride == 1 || v.rows == 1 || v.cols == 1;
+  };
+  if (!unit_stride(p.a)) return "A has no unit-stride dimension";
+  if (!unit_stride(p.b)) return "B has no unit-stride dimension";
+  if (p.d.col_stride != 1 && p.d.cols != 1) return "D is not row-major (its last stride is not 1)";
+  if (p.has_c && p.c.col_stride != 1 && p.c.cols != 1) return "C is not row-major";
+  if (p.has_bias && p.bias_stride != 1) return "bias is not contiguous";
+  return "";
+}
+
+bool is_tensor_core_aligned(const GemmProblem& p) {
+  const std::int64_t elements_per_16b = 16 / static_cast<std::int64_t>(dtype_size(p.dtype));
+  auto aligned = [&](const MatrixView& v, bool used) {
+    if (!used) return true;
+    const std::int64_t ld = v.col_stride == 1 ? v.row_stride : v.col_stride;
+    const std::int64_t inner = v.col_stride == 1 ? v.cols : v.rows;
+    return (ld % elements_per_16b == 0 || (ld == inner && inner % elements_per_16b == 0)) &&
+           v.batch_stride % elements_per_16b == 0;
+  };
+  return aligned(p.a, true) && aligned(p.b, true) && aligned(p.d, true) && aligned(p.c, p.has_c);
+}
+
+Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& device,
+                             const SelectionPolicy& policy, const MeasuredTime& measured) {
+  Selection selection;
+  const bool aligned = is_tensor_core_aligned(problem);
+  const std::string layout_problem = cublaslt_layout_problem(problem);
+  for (KernelId kernel : kAllKernels) {
+    Candidate candidate;
+    candidate.kernel = kernel;
+    std::string reason = device_rule(kernel, device);
+    if (reason.empty()) reason = dtype_rule(kernel, problem.dtype, policy);
+    if (reason.empty() && is_cublaslt_kernel(kernel) && !layout_problem.empty())
+      reason = layout_problem;
+    if (!reason.empty()) {
+      candidate.reason = reason;
+      selection.candidates.push_back(candidate);
+      continue;
+    }
+    candidate.feasible = true;
+    candidate.estimated_us = estimate_us(kernel, problem, device, aligned, candidate.reason);
+    if (measured) {
+      if (auto time = measured(kernel, problem)) {
+        candidate.estimated_us = *time;
+        candidate.measured = true;
+        candidate.reason = "measured by the tuner";
+      }
+    }
+    selection.candidates.push_back(candidate);
+  }
+
+  if (policy.forced) {
+    const auto& forced = selection.candidates[static_cast<std::size_t>(
+        std::find(kAllKernels.begin(), kAllKernels.end(), *policy.forced) - kAllKernels.begin())];
+    require(forced.feasible, GE2_ERROR_UNSUPPORTED,
+            "kernel '{}' was forced but cannot run GEMM {} ({}): {}", kernel_name(*policy.forced),
+            problem.shape_string(), dtype_name(problem.dtype), forced.reason);
+    selection.kernel = *policy.forced;
+    selection.why = "forced by force_kernel / GE2_FORCE_KERNEL";
+    return selection;
+  }
+
+  // Measured times outrank model estimates: compare among measured candidates
+  // when any exist, else among estimates.
+  const bool any_measured =
+      std::any_of(selection.candidates.begin(), selection.candidates.end(),
+                  [](const Candidate& c) { return c.feasible && c.measured; });
+  const Candidate* best = nullptr;
+  for (const auto& candidate : selection.candidates) {
+    if (!candidate.feasible || (any_measured && !candidate.measured)) continue;
+    if (best == nullptr || candidate.estimated_us < best->estimated_us) best = &candidate;
+  }
+  require(best != nullptr, GE2_ERROR_UNSUPPORTED, "no kernel can run GEMM {} ({})",
+          problem.shape_string(), dtype_name(problem.dtype));
+  selection.kernel = best->kernel;
+  selection.why =
+      fmt::format("lowest {} time ({:.2f} us){}", any_measured ? "measured" : "estimated",
+                  best->estimated_us, aligned ? "" : "; leading dimensions not 16-byte aligned");
+  return selection;
+}
+
+}  // namespace ge2

@@ -1,0 +1,48 @@
+// Kernel selection for GEMM nodes: availability rules, precision policy, a cost
+// model calibrated on the H200, and measured timings when the tuning cache has them.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "exec/gemm_problem.hpp"
+#include "select/device_info.hpp"
+#include "select/kernel_id.hpp"
+
+namespace ge2 {
+
+struct SelectionPolicy {
+  bool allow_tf32 = false;
+  bool allow_staging = true;
+  std::optional<KernelId> forced;
+};
+
+struct Candidate {
+  KernelId kernel{};
+  bool feasible = false;
+  double estimated_us = 0;  // lower is better; from measurement when `measured`
+  bool measured = false;
+  std::string reason;  // why infeasible, or what the estimate rests on
+};
+
+struct Selection {
+  KernelId kernel{};
+  std::string why;
+  std::vector<Candidate> candidates;
+};
+
+// Measured time in microseconds of `kernel` on `problem`, if known.
+using MeasuredTime = std::function<std::optional<double>(KernelId, const GemmProblem&)>;
+
+// Whether a cuBLASLt kernel can express the layout (one unit stride per operand,
+// row-major D, unit-stride bias); empty when it can, else the reason.
+std::string cublaslt_layout_problem(const GemmProblem& problem);
+// Whether every leading dimension and batch stride is a multiple of 16 bytes.
+bool is_tensor_core_aligned(const GemmProblem& problem);
+
+Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& device,
+                             const SelectionPolicy& policy, const MeasuredTime& measured = {});
+
+}  // namespace ge2

@@ -1,0 +1,128 @@
+#include "support/api_helpers.hpp"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+namespace ge2::test {
+
+ContextPtr make_context(ge2_device_kind_t device) {
+  ge2_context_options_t options;
+  ge2_context_options_init(&options);
+  options.device = device;
+  options.tunedb_path = "";
+  ge2_context_t* context = nullptr;
+  const ge2_status_t status = ge2_context_create(GE2_API_VERSION, &options, &context);
+  REQUIRE_MESSAGE(status == GE2_OK, ge2_last_error());
+  return ContextPtr(context);
+}
+
+GraphPtr make_graph() {
+  ge2_graph_t* graph = nullptr;
+  REQUIRE(ge2_graph_create(&graph) == GE2_OK);
+  return GraphPtr(graph);
+}
+
+namespace {
+class HostMemory final : public Memory {
+ public:
+  void* upload(HostTensor& t) override { return t.data(); }
+  void download(void*, HostTensor&) override {}
+};
+
+#define GE2_CHECK(call) REQUIRE_MESSAGE((call) == GE2_OK, ge2_last_error())
+}  // namespace
+
+std::unique_ptr<Memory> host_memory() { return std::make_unique<HostMemory>(); }
+
+std::string GemmCase::label() const {
+  static const char* dtypes[] = {"?", "f16", "bf16", "f32"};
+  static const char* acts[] = {"none", "relu", "gelu_erf", "gelu_tanh"};
+  return fmt::format("{} {}x{}x{}x{} ta={} tb={} bias={} act={} {}{}{}{}", dtypes[dtype], batch, m,
+                     n, k, trans_a, trans_b, has_bias, acts[act],
+                     fused_node ? "fused-node" : "chain",
+                     pad_lda || pad_ldb || pad_ldd ? " padded" : "",
+                     a_column_major ? " A-colmajor" : "", with_c ? " with-C" : "");
+}
+
+GemmResult run_gemm_case(ge2_context_t* context, Memory& memory, const GemmCase& c) {
+  INFO(c.label());
+  auto shape = [&](std::int64_t rows, std::int64_t cols) {
+    return c.batch > 1 ? std::vector<std::int64_t>{c.batch, rows, cols}
+                       : std::vector<std::int64_t>{rows, cols};
+  };
+  auto strides = [&](std::int64_t rows, std::int64_t cols, std::int64_t pad) {
+    if (pad == 0) return std::vector<std::int64_t>{};
+    const std::int64_t ld = cols + pad;
+    return c.batch > 1 ? std::vector<std::int64_t>{rows * ld, ld, 1}
+                       : std::vector<std::int64_t>{ld, 1};
+  };
+  const std::int64_t a_rows = c.trans_a ? c.k : c.m, a_cols = c.trans_a ? c.m : c.k;
+  const std::int64_t b_rows = c.trans_b ? c.n : c.k, b_cols = c.trans_b ? c.k : c.n;
+  HostTensor a;
+  if (c.a_column_major) {
+    // Element (i, j) at j*ld + i: a transposed layout the kernels absorb into trans flags.
+    const std::int64_t ld = a_rows + c.pad_lda;
+    a = make_tensor(c.dtype, shape(a_rows, a_cols),
+                    c.batch > 1 ? std::vector<std::int64_t>{a_cols * ld, 1, ld}
+                                : std::vector<std::int64_t>{1, ld});
+  } else {
+    a = make_tensor(c.dtype, shape(a_rows, a_cols), strides(a_rows, a_cols, c.pad_lda));
+  }
+  HostTensor b = make_tensor(c.dtype, shape(b_rows, b_cols), strides(b_rows, b_cols, c.pad_ldb));
+  HostTensor bias = make_tensor(c.dtype, {c.n});
+  HostTensor cm = make_tensor(c.dtype, shape(c.m, c.n));
+  HostTensor d = make_tensor(c.dtype, shape(c.m, c.n), strides(c.m, c.n, c.pad_ldd));
+  fill_random(a);
+  fill_random(b);
+  fill_random(bias);
+  fill_random(cm);
+  poison(d);
+
+  GraphPtr graph = make_graph();
+  ge2_value_t va, vb, vbias = GE2_NO_VALUE, vc = GE2_NO_VALUE, vout;
+  const ge2_tensor_desc_t da = a.desc(), db = b.desc(), dbias = bias.desc(), dc = cm.desc();
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "a", &da, &va));
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "b", &db, &vb));
+  if (c.has_bias) GE2_CHECK(ge2_graph_add_input(graph.get(), "bias", &dbias, &vbias));
+  if (c.with_c) GE2_CHECK(ge2_graph_add_input(graph.get(), "c", &dc, &vc));
+  ge2_gemm_attrs_t attrs;
+  GE2_CHECK(ge2_gemm_attrs_init(&attrs));
+  attrs.trans_a = c.trans_a;
+  attrs.trans_b = c.trans_b;
+  attrs.alpha = c.alpha;
+  attrs.beta = c.beta;
+  if (c.fused_node && !c.with_c) {
+    GE2_CHECK(ge2_graph_add_gemm_bias_act(graph.get(), va, vb, vbias, &attrs, c.act, &vout));
+  } else {
+    GE2_CHECK(ge2_graph_add_gemm(graph.get(), va, vb, vc, &attrs, &vout));
+    if (c.has_bias) GE2_CHECK(ge2_graph_add_bias(graph.get(), vout, vbias, &vout));
+    if (c.act != GE2_ACT_NONE) GE2_CHECK(ge2_graph_add_activation(graph.get(), vout, c.act, &vout));
+  }
+  const ge2_tensor_desc_t dd = d.desc();
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), vout, "d", c.pad_ldd ? &dd : nullptr));
+
+  ge2_compile_options_t options;
+  GE2_CHECK(ge2_compile_options_init(&options));
+  options.force_kernel = c.force_kernel;
+  options.allow_tf32 = c.allow_tf32;
+  ge2_plan_t* raw_plan = nullptr;
+  GE2_CHECK(ge2_plan_compile(context, graph.get(), &options, &raw_plan));
+  PlanPtr plan(raw_plan);
+
+  std::vector<ge2_binding_t> bindings{{"a", memory.upload(a)}, {"b", memory.upload(b)}};
+  if (c.has_bias) bindings.push_back({"bias", memory.upload(bias)});
+  if (c.with_c) bindings.push_back({"c", memory.upload(cm)});
+  void* d_pointer = memory.upload(d);
+  bindings.push_back({"d", d_pointer});
+  GE2_CHECK(ge2_plan_execute(plan.get(), bindings.data(), bindings.size(), memory.stream()));
+  memory.download(d_pointer, d);
+
+  GemmRef ref{c.trans_a, c.trans_b, c.alpha, c.beta, c.act};
+  const auto expected =
+      gemm_reference(a, b, c.with_c ? &cm : nullptr, c.has_bias ? &bias : nullptr, ref);
+  const char* json = nullptr;
+  GE2_CHECK(ge2_plan_describe(plan.get(), &json));
+  return {relative_error(d, expected), json};
+}
+
+}  // namespace ge2::test

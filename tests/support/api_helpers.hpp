@@ -1,0 +1,66 @@
+// RAII owners for the C API's handles, and a GEMM case runner that both the
+// CPU and the GPU suites use (with host or device memory).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ge_v2_api.h"
+#include "support/reference.hpp"
+
+namespace ge2::test {
+
+struct ContextDeleter {
+  void operator()(ge2_context_t* c) const { ge2_context_destroy(c); }
+};
+struct GraphDeleter {
+  void operator()(ge2_graph_t* g) const { ge2_graph_destroy(g); }
+};
+struct PlanDeleter {
+  void operator()(ge2_plan_t* p) const { ge2_plan_destroy(p); }
+};
+using ContextPtr = std::unique_ptr<ge2_context_t, ContextDeleter>;
+using GraphPtr = std::unique_ptr<ge2_graph_t, GraphDeleter>;
+using PlanPtr = std::unique_ptr<ge2_plan_t, PlanDeleter>;
+
+ContextPtr make_context(ge2_device_kind_t device);
+GraphPtr make_graph();
+
+// Where tensors live during execution: host memory, or device memory in GPU tests.
+class Memory {
+ public:
+  virtual ~Memory() = default;
+  virtual void* upload(HostTensor& t) = 0;                  // returns the pointer to bind
+  virtual void download(void* pointer, HostTensor& t) = 0;  // copies results back
+  virtual void* stream() { return nullptr; }
+};
+std::unique_ptr<Memory> host_memory();
+
+struct GemmCase {
+  ge2_dtype_t dtype = GE2_DTYPE_F32;
+  std::int64_t m = 1, n = 1, k = 1, batch = 1;  // batch > 1 makes rank-3 operands
+  bool trans_a = false, trans_b = false;
+  bool has_bias = false;
+  ge2_activation_t act = GE2_ACT_NONE;
+  bool fused_node = true;  // one GEMM_BIAS_ACT node, or GEMM -> bias -> act for the fusion pass
+  std::int64_t pad_lda = 0, pad_ldb = 0, pad_ldd = 0;  // extra elements per row
+  bool a_column_major = false;  // store A with unit row stride (a transposed view)
+  bool with_c = false;          // D = alpha*AB + beta*C (unfused GEMM node only)
+  float alpha = 1.0f, beta = 0.0f;
+  const char* force_kernel = nullptr;
+  bool allow_tf32 = false;
+  std::string label() const;
+};
+
+struct GemmResult {
+  double error = 0;
+  std::string plan_json;
+};
+
+// Builds, compiles and runs the case on fresh random data; returns the error
+// against the fp64 reference. Fails the enclosing doctest case on any status.
+GemmResult run_gemm_case(ge2_context_t* context, Memory& memory, const GemmCase& c);
+
+}  // namespace ge2::test

@@ -1,0 +1,146 @@
+#include "support/reference.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <limits>
+
+namespace ge2::test {
+
+std::int64_t HostTensor::span() const {
+  std::int64_t last = 0;
+  for (int i = 0; i < rank; ++i) last += (shape[i] - 1) * strides[i];
+  return last + 1;
+}
+
+std::int64_t HostTensor::offset(std::int64_t b, std::int64_t i, std::int64_t j) const {
+  if (rank == 3) return b * strides[0] + i * strides[1] + j * strides[2];
+  return i * strides[0] + j * strides[1];
+}
+
+double HostTensor::get(std::int64_t offset_elements) const {
+  return load_as_float(bytes.data(), static_cast<DType>(dtype), offset_elements);
+}
+
+void HostTensor::set(std::int64_t offset_elements, double value) {
+  store_from_float(bytes.data(), static_cast<DType>(dtype), offset_elements,
+                   static_cast<float>(value));
+}
+
+ge2_tensor_desc_t HostTensor::desc() const {
+  ge2_tensor_desc_t d{};
+  d.dtype = dtype;
+  d.rank = rank;
+  for (int i = 0; i < rank; ++i) {
+    d.shape[i] = shape[i];
+    d.strides[i] = strides[i];
+  }
+  return d;
+}
+
+HostTensor make_tensor(ge2_dtype_t dtype, std::vector<std::int64_t> shape,
+                       std::vector<std::int64_t> strides) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.rank = static_cast<int>(shape.size());
+  std::int64_t dense = 1;
+  for (int i = t.rank - 1; i >= 0; --i) {
+    t.shape[i] = shape[static_cast<std::size_t>(i)];
+    t.strides[i] = strides.empty() ? dense : strides[static_cast<std::size_t>(i)];
+    dense *= t.shape[i];
+  }
+  t.bytes.assign(static_cast<std::size_t>(t.span()) * t.element_size(), 0);
+  return t;
+}
+
+std::mt19937_64& rng() {
+  static std::mt19937_64 engine = [] {
+    const auto seed = static_cast<std::uint64_t>(
+        std::chrono::high_resolution_clock::now().time_since_epoch().count());
+    std::printf("test random seed: %llu\n", static_cast<unsigned long long>(seed));
+    return std::mt19937_64(seed);
+  }();
+  return engine;
+}
+
+void fill_random(HostTensor& t, double low, double high) {
+  std::uniform_real_distribution<double> dist(low, high);
+  const std::int64_t n = t.span();
+  for (std::int64_t i = 0; i < n; ++i) t.set(i, dist(rng()));
+}
+
+void poison(HostTensor& t) {
+  const std::int64_t n = t.span();
+  for (std::int64_t i = 0; i < n; ++i) t.set(i, std::numeric_limits<double>::quiet_NaN());
+}
+
+double activation_ref(ge2_activation_t act, double x) {
+  switch (act) {
+    case GE2_ACT_NONE:
+      return x;
+    case GE2_ACT_RELU:
+      return x > 0 ? x : 0;
+    case GE2_ACT_GELU_ERF:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case GE2_ACT_GELU_TANH:
+      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+  }
+  return x;
+}
+
+std::vector<double> gemm_reference(const HostTensor& a, const HostTensor& b, const HostTensor* c,
+                                   const HostTensor* bias, const GemmRef& attrs) {
+  const int ar = a.rank, br = b.rank;
+  const std::int64_t m = attrs.trans_a ? a.shape[ar - 1] : a.shape[ar - 2];
+  const std::int64_t k = attrs.trans_a ? a.shape[ar - 2] : a.shape[ar - 1];
+  const std::int64_t n = attrs.trans_b ? b.shape[br - 2] : b.shape[br - 1];
+  const std::int64_t batch = ar == 3 ? a.shape[0] : (br == 3 ? b.shape[0] : 1);
+  std::vector<double> out(static_cast<std::size_t>(batch * m * n));
+  for (std::int64_t bi = 0; bi < batch; ++bi) {
+    const std::int64_t ab = ar == 3 ? bi : 0, bb = br == 3 ? bi : 0;
+    for (std::int64_t i = 0; i < m; ++i) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (std::int64_t kk = 0; kk < k; ++kk) {
+          const double av = a.get(attrs.trans_a ? a.offset(ab, kk, i) : a.offset(ab, i, kk));
+          const double bv = b.get(attrs.trans_b ? b.offset(bb, j, kk) : b.offset(bb, kk, j));
+          acc += av * bv;
+        }
+        double value = attrs.alpha * acc;
+        if (c != nullptr) value += attrs.beta * c->get(c->offset(bi, i, j));
+        if (bias != nullptr) value += bias->get(j * bias->strides[0]);
+        out[static_cast<std::size_t>((bi * m + i) * n + j)] = activation_ref(attrs.act, value);
+      }
+    }
+  }
+  return out;
+}
+
+double relative_error(const HostTensor& out, const std::vector<double>& ref) {
+  const std::int64_t batch = out.rank == 3 ? out.shape[0] : 1;
+  const std::int64_t rows = out.shape[out.rank - 2], cols = out.shape[out.rank - 1];
+  double diff = 0, norm = 0;
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < cols; ++j) {
+        const double got = out.get(out.offset(b, i, j));
+        const double want = ref[static_cast<std::size_t>((b * rows + i) * cols + j)];
+        if (!std::isfinite(got)) return std::numeric_limits<double>::infinity();
+        diff += (got - want) * (got - want);
+        norm += want * want;
+      }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+double tolerance(ge2_dtype_t dtype) {
+  switch (dtype) {
+    case GE2_DTYPE_F16:
+      return 2e-3;  // output rounding 2^-11 dominates with fp32 accumulation
+    case GE2_DTYPE_BF16:
+      return 1e-2;  // output rounding 2^-8
+    case GE2_DTYPE_F32:
+      return 1e-5;
+  }
+  return 0;
+}
+
+}  // namespace ge2::test

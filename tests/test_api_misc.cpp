@@ -1,0 +1,174 @@
+// Plan text, I/O enumeration, the one-shot call and concurrent execution on the CPU backend.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <thread>
+
+#include "support/api_helpers.hpp"
+
+using namespace ge2::test;
+
+TEST_CASE("plan: a GEMM -> bias -> GELU chain compiles to one fused step and says so") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  auto memory = host_memory();
+  GemmCase c;
+  c.dtype = GE2_DTYPE_F32;
+  c.m = 19;
+  c.n = 23;
+  c.k = 31;
+  c.has_bias = true;
+  c.act = GE2_ACT_GELU_ERF;
+  c.fused_node = false;
+  const auto result = run_gemm_case(context.get(), *memory, c);
+  CHECK(result.error <= tolerance(c.dtype));
+  const auto plan = nlohmann::json::parse(result.plan_json);
+  REQUIRE(plan["steps"].size() == 1);
+  const auto& step = plan["steps"][0];
+  CHECK(step["op"] == "gemm_bias_act");
+  CHECK(step["fused_from"].size() == 2);
+  CHECK(step["problem"]["activation"] == "gelu_erf");
+  CHECK(step["problem"]["has_bias"] == true);
+  CHECK(step["selection"]["kernel"] == "cpu_ref");
+  CHECK(plan["backend"]["kind"] == "cpu");
+  bool fusion_noted = false;
+  for (const auto& pass : plan["passes"])
+    if (pass["pass"] == "fuse_gemm_bias_act") fusion_noted = pass["notes"].size() == 2;
+  CHECK(fusion_noted);
+}
+
+TEST_CASE("plan: io enumeration reports names, shapes and byte spans") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  auto graph = make_graph();
+  ge2_tensor_desc_t da{GE2_DTYPE_F16, 3, {2, 5, 7}, {0, 0, 0}};
+  ge2_tensor_desc_t db{GE2_DTYPE_F16, 2, {7, 3}, {0, 0}};
+  ge2_value_t a, b, d;
+  REQUIRE(ge2_graph_add_input(graph.get(), "x", &da, &a) == GE2_OK);
+  REQUIRE(ge2_graph_add_input(graph.get(), "w", &db, &b) == GE2_OK);
+  REQUIRE(ge2_graph_add_gemm(graph.get(), a, b, GE2_NO_VALUE, nullptr, &d) == GE2_OK);
+  ge2_tensor_desc_t out_desc;
+  REQUIRE(ge2_graph_get_desc(graph.get(), d, &out_desc) == GE2_OK);
+  CHECK(out_desc.rank == 3);
+  CHECK(out_desc.shape[0] == 2);
+  CHECK(out_desc.shape[1] == 5);
+  CHECK(out_desc.shape[2] == 3);
+  REQUIRE(ge2_graph_mark_output(graph.get(), d, "y", nullptr) == GE2_OK);
+  ge2_plan_t* plan = nullptr;
+  REQUIRE(ge2_plan_compile(context.get(), graph.get(), nullptr, &plan) == GE2_OK);
+  PlanPtr owned(plan);
+  size_t count = 0;
+  REQUIRE(ge2_plan_io_count(plan, &count) == GE2_OK);
+  REQUIRE(count == 3);
+  ge2_io_info_t info;
+  REQUIRE(ge2_plan_io_info(plan, 2, &info) == GE2_OK);
+  CHECK(std::string(info.name) == "y");
+  CHECK(info.is_output == 1);
+  CHECK(info.required_bytes == 2 * 5 * 3 * 2);
+  CHECK(info.desc.strides[0] == 15);
+}
+
+TEST_CASE("plan: dead nodes are removed and graph inputs kept") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  auto graph = make_graph();
+  ge2_tensor_desc_t da{GE2_DTYPE_F32, 2, {4, 4}, {0, 0}};
+  ge2_value_t a, unused_input, used, dead;
+  REQUIRE(ge2_graph_add_input(graph.get(), "a", &da, &a) == GE2_OK);
+  REQUIRE(ge2_graph_add_input(graph.get(), "spare", &da, &unused_input) == GE2_OK);
+  REQUIRE(ge2_graph_add_gemm(graph.get(), a, a, GE2_NO_VALUE, nullptr, &dead) == GE2_OK);
+  REQUIRE(ge2_graph_add_activation(graph.get(), a, GE2_ACT_RELU, &used) == GE2_OK);
+  REQUIRE(ge2_graph_mark_output(graph.get(), used, "y", nullptr) == GE2_OK);
+  ge2_plan_t* plan = nullptr;
+  REQUIRE(ge2_plan_compile(context.get(), graph.get(), nullptr, &plan) == GE2_OK);
+  PlanPtr owned(plan);
+  const char* text = nullptr;
+  REQUIRE(ge2_plan_describe(plan, &text) == GE2_OK);
+  const auto json = nlohmann::json::parse(text);
+  CHECK(json["steps"].size() == 1);
+  CHECK(json["steps"][0]["op"] == "activation");
+  CHECK(json["io"].size() == 3);
+}
+
+TEST_CASE("one-shot: ge2_gemm_bias_act matches fp64 and reuses its plan") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32}) {
+    const std::int64_t m = 13, n = 10, k = 29, batch = 2, lda = 32, ldd = 12;
+    HostTensor a = make_tensor(dtype, {batch, m, k}, {m * lda + 3, lda, 1});
+    HostTensor b = make_tensor(dtype, {batch, n, k});  // trans_b
+    HostTensor bias = make_tensor(dtype, {n});
+    HostTensor d = make_tensor(dtype, {batch, m, n}, {m * ldd, ldd, 1});
+    fill_random(a);
+    fill_random(b);
+    fill_random(bias);
+    ge2_gemm_params_t p;
+    ge2_gemm_params_init(&p);
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.batch = batch;
+    p.trans_b = 1;
+    p.lda = lda;
+    p.stride_a = m * lda + 3;
+    p.ldd = ldd;
+    p.dtype = dtype;
+    p.activation = GE2_ACT_GELU_TANH;
+    p.has_bias = 1;
+    p.alpha = 0.75f;
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      poison(d);
+      REQUIRE_MESSAGE(ge2_gemm_bias_act(context.get(), &p, a.data(), b.data(), bias.data(),
+                                        d.data(), nullptr) == GE2_OK,
+                      ge2_last_error());
+      const auto ref =
+          gemm_reference(a, b, nullptr, &bias, {false, true, 0.75, 0.0, GE2_ACT_GELU_TANH});
+      CHECK(relative_error(d, ref) <= tolerance(dtype));
+    }
+  }
+}
+
+TEST_CASE("concurrency: one plan executed from several threads gives right answers") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  auto graph = make_graph();
+  ge2_tensor_desc_t da{GE2_DTYPE_F32, 2, {24, 16}, {0, 0}}, db{GE2_DTYPE_F32, 2, {16, 8}, {0, 0}};
+  ge2_value_t a, b, d;
+  REQUIRE(ge2_graph_add_input(graph.get(), "a", &da, &a) == GE2_OK);
+  REQUIRE(ge2_graph_add_input(graph.get(), "b", &db, &b) == GE2_OK);
+  REQUIRE(ge2_graph_add_gemm(graph.get(), a, b, GE2_NO_VALUE, nullptr, &d) == GE2_OK);
+  REQUIRE(ge2_graph_add_activation(graph.get(), d, GE2_ACT_RELU, &d) == GE2_OK);
+  REQUIRE(ge2_graph_mark_output(graph.get(), d, "d", nullptr) == GE2_OK);
+  ge2_compile_options_t options;
+  ge2_compile_options_init(&options);
+  options.fuse = 0;  // keep an intermediate buffer that the executions share
+  ge2_plan_t* plan = nullptr;
+  REQUIRE(ge2_plan_compile(context.get(), graph.get(), &options, &plan) == GE2_OK);
+  PlanPtr owned(plan);
+
+  constexpr int kThreads = 4;
+  std::vector<HostTensor> as, bs, ds;
+  std::vector<std::vector<double>> refs;
+  for (int t = 0; t < kThreads; ++t) {
+    as.push_back(make_tensor(GE2_DTYPE_F32, {24, 16}));
+    bs.push_back(make_tensor(GE2_DTYPE_F32, {16, 8}));
+    ds.push_back(make_tensor(GE2_DTYPE_F32, {24, 8}));
+    fill_random(as.back());
+    fill_random(bs.back());
+    refs.push_back(
+        gemm_reference(as.back(), bs.back(), nullptr, nullptr, {false, false, 1, 0, GE2_ACT_RELU}));
+  }
+  std::vector<std::thread> threads;
+  std::vector<int> failures(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        poison(ds[static_cast<std::size_t>(t)]);
+        ge2_binding_t bindings[] = {{"a", as[static_cast<std::size_t>(t)].data()},
+                                    {"b", bs[static_cast<std::size_t>(t)].data()},
+                                    {"d", ds[static_cast<std::size_t>(t)].data()}};
+        if (ge2_plan_execute(plan, bindings, 3, nullptr) != GE2_OK ||
+            relative_error(ds[static_cast<std::size_t>(t)], refs[static_cast<std::size_t>(t)]) >
+                1e-5)
+          ++failures[static_cast<std::size_t>(t)];
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) CHECK(failures[static_cast<std::size_t>(t)] == 0);
+}

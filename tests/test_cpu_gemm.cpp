@@ -1,0 +1,100 @@
+// The CPU backend through the public API: every (dtype, bias, activation,
+// transpose) combination, fused nodes and unfused chains, batches, strides.
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "support/api_helpers.hpp"
+
+using namespace ge2::test;
+
+namespace {
+std::int64_t random_size(std::int64_t low, std::int64_t high) {
+  return std::uniform_int_distribution<std::int64_t>(low, high)(rng());
+}
+}  // namespace
+
+TEST_CASE("cpu: every dtype x bias x activation x transpose combination matches fp64") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  auto memory = host_memory();
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
+    for (bool has_bias : {false, true})
+      for (ge2_activation_t act : {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH})
+        for (bool trans_a : {false, true})
+          for (bool trans_b : {false, true}) {
+            GemmCase c;
+            c.dtype = dtype;
+            c.m = random_size(1, 37);
+            c.n = random_size(1, 37);
+            c.k = random_size(1, 70);
+            c.has_bias = has_bias;
+            c.act = act;
+            c.trans_a = trans_a;
+            c.trans_b = trans_b;
+            c.fused_node = (random_size(0, 1) == 1);
+            const auto result = run_gemm_case(context.get(), *memory, c);
+            CHECK_MESSAGE(result.error <= tolerance(dtype), c.label() << " error " << result.error);
+          }
+}
+
+TEST_CASE("cpu: batched, broadcast, strided and column-major operands") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  auto memory = host_memory();
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_F32}) {
+    GemmCase batched;
+    batched.dtype = dtype;
+    batched.batch = 3;
+    batched.m = 17;
+    batched.n = 9;
+    batched.k = 33;
+    batched.has_bias = true;
+    batched.act = GE2_ACT_RELU;
+    auto r = run_gemm_case(context.get(), *memory, batched);
+    CHECK_MESSAGE(r.error <= tolerance(dtype), batched.label() << " error " << r.error);
+
+    GemmCase padded = batched;
+    padded.pad_lda = 5;
+    padded.pad_ldb = 3;
+    padded.pad_ldd = 7;
+    padded.trans_b = true;
+    r = run_gemm_case(context.get(), *memory, padded);
+    CHECK_MESSAGE(r.error <= tolerance(dtype), padded.label() << " error " << r.error);
+
+    GemmCase column_major = padded;
+    column_major.batch = 1;
+    column_major.a_column_major = true;
+    column_major.act = GE2_ACT_GELU_ERF;
+    r = run_gemm_case(context.get(), *memory, column_major);
+    CHECK_MESSAGE(r.error <= tolerance(dtype), column_major.label() << " error " << r.error);
+
+    GemmCase with_c;
+    with_c.dtype = dtype;
+    with_c.m = 12;
+    with_c.n = 21;
+    with_c.k = 8;
+    with_c.with_c = true;
+    with_c.alpha = 0.5f;
+    with_c.beta = -1.5f;
+    with_c.has_bias = true;
+    with_c.act = GE2_ACT_GELU_TANH;
+    r = run_gemm_case(context.get(), *memory, with_c);
+    CHECK_MESSAGE(r.error <= tolerance(dtype), with_c.label() << " error " << r.error);
+  }
+}
+
+TEST_CASE("cpu: a wrong result is detected (the oracle can fail)") {
+  // Guards the harness itself: a deliberately wrong reference must exceed the bound.
+  HostTensor a = make_tensor(GE2_DTYPE_F32, {4, 5});
+  HostTensor b = make_tensor(GE2_DTYPE_F32, {5, 3});
+  fill_random(a);
+  fill_random(b);
+  auto ref = gemm_reference(a, b, nullptr, nullptr, {});
+  HostTensor d = make_tensor(GE2_DTYPE_F32, {4, 3});
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 3; ++j) d.set(d.offset(0, i, j), ref[static_cast<std::size_t>(i * 3 + j)]);
+  CHECK(relative_error(d, ref) < 1e-7);
+  d.set(d.offset(0, 2, 1), ref[7] + 0.5);
+  CHECK(relative_error(d, ref) > 1e-3);
+  poison(d);
+  CHECK(relative_error(d, ref) == std::numeric_limits<double>::infinity());
+}

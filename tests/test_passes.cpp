@@ -1,0 +1,168 @@
+// Each pass on its own, on graphs built directly in the IR.
+#include <doctest/doctest.h>
+
+#include "core/error.hpp"
+#include "passes/pass.hpp"
+
+using namespace ge2;
+
+namespace {
+
+ValueId input(Graph& g, const char* name, std::int64_t rows, std::int64_t cols) {
+  Node n;
+  n.kind = OpKind::Input;
+  n.input_name = name;
+  n.type = TensorType::dense(DType::F16, 2, {rows, cols, 0});
+  return g.add(n);
+}
+ValueId bias_input(Graph& g, const char* name, std::int64_t n_) {
+  Node n;
+  n.kind = OpKind::Input;
+  n.input_name = name;
+  n.type = TensorType::dense(DType::F16, 1, {n_, 0, 0});
+  return g.add(n);
+}
+ValueId op(Graph& g, Node n) {
+  n.type = infer_node_type(g, n, "test");
+  return g.add(n);
+}
+Node gemm(ValueId a, ValueId b) {
+  Node n;
+  n.kind = OpKind::Gemm;
+  n.a = a;
+  n.b = b;
+  return n;
+}
+Node bias_add(ValueId x, ValueId bias) {
+  Node n;
+  n.kind = OpKind::BiasAdd;
+  n.x = x;
+  n.bias = bias;
+  return n;
+}
+Node activation(ValueId x, Activation act) {
+  Node n;
+  n.kind = OpKind::Activation;
+  n.x = x;
+  n.act = act;
+  return n;
+}
+int live_compute_nodes(const Graph& g) {
+  int count = 0;
+  for (ValueId id = 0; id < g.size(); ++id)
+    count += g.node(id).live && g.node(id).kind != OpKind::Input;
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("fusion: GEMM -> bias -> act becomes one node, in order") {
+  Graph g;
+  const ValueId a = input(g, "a", 8, 16), b = input(g, "b", 16, 4), bias = bias_input(g, "bias", 4);
+  const ValueId mm = op(g, gemm(a, b));
+  const ValueId biased = op(g, bias_add(mm, bias));
+  const ValueId out = op(g, activation(biased, Activation::GeluErf));
+  g.add_output({out, "y", std::nullopt});
+  PassLog log;
+  FusionPass().run(g, log);
+  DeadNodePass().run(g, log);
+  CHECK(live_compute_nodes(g) == 1);
+  const Node& fused = g.node(out);
+  CHECK(fused.kind == OpKind::GemmBiasAct);
+  CHECK(fused.a == a);
+  CHECK(fused.b == b);
+  CHECK(fused.bias == bias);
+  CHECK(fused.act == Activation::GeluErf);
+  CHECK(fused.fused_from == std::vector<ValueId>{mm, biased});
+  CHECK(log.notes.size() == 2);
+}
+
+TEST_CASE("fusion: an intermediate used elsewhere is not fused") {
+  Graph g;
+  const ValueId a = input(g, "a", 8, 16), b = input(g, "b", 16, 4), bias = bias_input(g, "bias", 4);
+  const ValueId mm = op(g, gemm(a, b));
+  const ValueId biased = op(g, bias_add(mm, bias));
+  const ValueId relu = op(g, activation(mm, Activation::Relu));  // second use of mm
+  g.add_output({biased, "y", std::nullopt});
+  g.add_output({relu, "z", std::nullopt});
+  PassLog log;
+  FusionPass().run(g, log);
+  CHECK(log.notes.empty());
+  CHECK(g.node(biased).kind == OpKind::BiasAdd);
+  CHECK(g.node(mm).live);
+}
+
+TEST_CASE("fusion: an output intermediate and bias-after-activation are not fused") {
+  Graph g;
+  const ValueId a = input(g, "a", 8, 16), b = input(g, "b", 16, 4), bias = bias_input(g, "bias", 4);
+  const ValueId mm = op(g, gemm(a, b));
+  const ValueId relu = op(g, activation(mm, Activation::Relu));
+  const ValueId biased = op(g, bias_add(relu, bias));
+  g.add_output({biased, "y", std::nullopt});
+  PassLog log;
+  FusionPass().run(g, log);
+  // mm+relu fuse; the bias after the activation must stay separate.
+  CHECK(g.node(relu).kind == OpKind::GemmBiasAct);
+  CHECK(g.node(biased).kind == OpKind::BiasAdd);
+
+  Graph g2;
+  const ValueId a2 = input(g2, "a", 8, 16), b2 = input(g2, "b", 16, 4);
+  const ValueId mm2 = op(g2, gemm(a2, b2));
+  const ValueId relu2 = op(g2, activation(mm2, Activation::Relu));
+  g2.add_output({mm2, "raw", std::nullopt});
+  g2.add_output({relu2, "y", std::nullopt});
+  PassLog log2;
+  FusionPass().run(g2, log2);
+  CHECK(log2.notes.empty());
+}
+
+TEST_CASE("dead-node removal keeps what outputs need and every input") {
+  Graph g;
+  const ValueId a = input(g, "a", 8, 8);
+  const ValueId spare = input(g, "spare", 8, 8);
+  const ValueId dead = op(g, gemm(a, a));
+  const ValueId dead2 = op(g, activation(dead, Activation::Relu));
+  const ValueId live = op(g, activation(a, Activation::Relu));
+  g.add_output({live, "y", std::nullopt});
+  PassLog log;
+  DeadNodePass().run(g, log);
+  CHECK_FALSE(g.node(dead).live);
+  CHECK_FALSE(g.node(dead2).live);
+  CHECK(g.node(live).live);
+  CHECK(g.node(spare).live);
+  CHECK(log.notes.size() == 2);
+}
+
+TEST_CASE("validation rejects malformed graphs") {
+  Graph g;
+  const ValueId a = input(g, "a", 4, 4);
+  PassLog log;
+  CHECK_THROWS_WITH_AS(ValidatePass().run(g, log), doctest::Contains("no outputs"), Error);
+  Node forward = gemm(a, 5);  // operand from the future
+  forward.type = g.node(a).type;
+  const ValueId bad = g.add(forward);
+  g.add_output({bad, "y", std::nullopt});
+  CHECK_THROWS_WITH_AS(ValidatePass().run(g, log), doctest::Contains("not an earlier node"), Error);
+
+  Graph dup;
+  input(dup, "a", 4, 4);
+  const ValueId x = input(dup, "a", 4, 4);
+  const ValueId r = op(dup, activation(x, Activation::Relu));
+  dup.add_output({r, "y", std::nullopt});
+  CHECK_THROWS_WITH_AS(ValidatePass().run(dup, log), doctest::Contains("used twice"), Error);
+}
+
+TEST_CASE("shape inference recomputes types and catches inconsistent graphs") {
+  Graph g;
+  const ValueId a = input(g, "a", 8, 16), b = input(g, "b", 16, 4);
+  Node mm = gemm(a, b);  // type deliberately left wrong
+  mm.type = TensorType::dense(DType::F16, 2, {1, 1, 0});
+  const ValueId d = g.add(mm);
+  g.add_output({d, "y", std::nullopt});
+  PassLog log;
+  ShapeInferencePass().run(g, log);
+  CHECK(g.node(d).type.shape[0] == 8);
+  CHECK(g.node(d).type.shape[1] == 4);
+  g.node(b).type = TensorType::dense(DType::F16, 2, {15, 4, 0});
+  CHECK_THROWS_WITH_AS(ShapeInferencePass().run(g, log), doctest::Contains("K=15"), Error);
+}

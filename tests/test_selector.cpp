@@ -1,0 +1,106 @@
+// Selector rules with synthetic devices: every branch without a GPU.
+#include <doctest/doctest.h>
+
+#include "core/error.hpp"
+#include "select/selector.hpp"
+
+using namespace ge2;
+
+namespace {
+
+GemmProblem problem(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) {
+  GemmProblem p;
+  p.dtype = dtype;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = {1, m, k, 0, k, 1};
+  p.b = {1, k, n, 0, n, 1};
+  p.d = {1, m, n, 0, n, 1};
+  return p;
+}
+
+const Candidate& candidate(const Selection& s, KernelId id) {
+  for (const auto& c : s.candidates)
+    if (c.kernel == id) return c;
+  FAIL("no candidate");
+  return s.candidates.front();
+}
+
+}  // namespace
+
+TEST_CASE("selector: the CPU backend always selects cpu_ref") {
+  const auto s = select_gemm_kernel(problem(DType::F16, 512, 512, 512), DeviceInfo{}, {});
+  CHECK(s.kernel == KernelId::CpuRef);
+  CHECK_FALSE(candidate(s, KernelId::LtF16).feasible);
+  CHECK(candidate(s, KernelId::LtF16).reason == "no CUDA device in this context");
+}
+
+TEST_CASE("selector: large aligned f16 selects lt_f16 on an H200") {
+  const auto s = select_gemm_kernel(problem(DType::F16, 4096, 4096, 4096), synthetic_h200(), {});
+  CHECK(s.kernel == KernelId::LtF16);
+  CHECK_FALSE(candidate(s, KernelId::CpuRef).feasible);
+  CHECK_FALSE(candidate(s, KernelId::LtBf16).feasible);
+  CHECK(candidate(s, KernelId::CudaF32).feasible);
+}
+
+TEST_CASE("selector: dtype rules, TF32 policy and compute capability") {
+  const DeviceInfo h200 = synthetic_h200();
+  auto s = select_gemm_kernel(problem(DType::F32, 2048, 2048, 2048), h200, {});
+  CHECK(s.kernel == KernelId::LtF32);
+  CHECK(candidate(s, KernelId::LtTf32).reason.find("allow_tf32") != std::string::npos);
+  SelectionPolicy tf32;
+  tf32.allow_tf32 = true;
+  s = select_gemm_kernel(problem(DType::F32, 2048, 2048, 2048), h200, tf32);
+  CHECK(s.kernel == KernelId::LtTf32);
+  DeviceInfo volta = h200;
+  volta.cc_major = 7;
+  s = select_gemm_kernel(problem(DType::BF16, 2048, 2048, 2048), volta, {});
+  CHECK(s.kernel == KernelId::CudaF32);
+  CHECK(candidate(s, KernelId::LtBf16).reason.find("8.0") != std::string::npos);
+}
+
+TEST_CASE("selector: layouts cuBLASLt cannot express go to the fallback") {
+  GemmProblem p = problem(DType::F16, 256, 256, 256);
+  p.a.col_stride = 2;  // neither dimension unit-stride
+  p.a.row_stride = 600;
+  const auto s = select_gemm_kernel(p, synthetic_h200(), {});
+  CHECK(s.kernel == KernelId::CudaF32);
+  CHECK(candidate(s, KernelId::LtF16).reason == "A has no unit-stride dimension");
+  CHECK(cublaslt_layout_problem(problem(DType::F16, 8, 8, 8)).empty());
+}
+
+TEST_CASE("selector: unaligned leading dimensions are detected") {
+  CHECK(is_tensor_core_aligned(problem(DType::F16, 64, 64, 64)));
+  CHECK_FALSE(is_tensor_core_aligned(problem(DType::F16, 63, 65, 67)));
+  CHECK(is_tensor_core_aligned(problem(DType::F32, 64, 4, 4)));
+}
+
+TEST_CASE("selector: measured times outrank the model, and forcing is checked") {
+  const GemmProblem p = problem(DType::F16, 4096, 4096, 4096);
+  MeasuredTime measured = [](KernelId id, const GemmProblem&) -> std::optional<double> {
+    if (id == KernelId::CudaF32) return 10.0;
+    if (id == KernelId::LtF16) return 20.0;
+    return std::nullopt;
+  };
+  auto s = select_gemm_kernel(p, synthetic_h200(), {}, measured);
+  CHECK(s.kernel == KernelId::CudaF32);
+  CHECK(candidate(s, KernelId::CudaF32).measured);
+  SelectionPolicy forced;
+  forced.forced = KernelId::CudaF32;
+  s = select_gemm_kernel(p, synthetic_h200(), forced);
+  CHECK(s.kernel == KernelId::CudaF32);
+  forced.forced = KernelId::LtBf16;
+  CHECK_THROWS_WITH_AS(select_gemm_kernel(p, synthetic_h200(), forced),
+                       doctest::Contains("needs bf16"), Error);
+}
+
+TEST_CASE("selector: erf GELU on cuBLASLt costs an extra pass in the estimate") {
+  GemmProblem p = problem(DType::F16, 4096, 4096, 4096);
+  const double plain =
+      candidate(select_gemm_kernel(p, synthetic_h200(), {}), KernelId::LtF16).estimated_us;
+  p.act = Activation::GeluErf;
+  const auto s = select_gemm_kernel(p, synthetic_h200(), {});
+  CHECK(candidate(s, KernelId::LtF16).estimated_us > plain);
+  CHECK(candidate(s, KernelId::LtF16).reason.find("erf-GELU") != std::string::npos);
+}
