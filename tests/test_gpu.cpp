@@ -256,19 +256,90 @@ TEST_CASE("gpu: device out of memory is GE2_ERROR_OUT_OF_MEMORY and the context 
   CHECK(run_gemm_case(context.get(), memory, c).error <= 1e-2);
 }
 
-TEST_CASE("gpu: a host pointer misdeclared or a foreign pointer is rejected with a message") {
+TEST_CASE("gpu: pointers at odd offsets take an algorithm chosen for their alignment") {
   auto context = make_context(GE2_DEVICE_CUDA);
+  const std::int64_t m = 96, n = 80, k = 72;
+  HostTensor a = make_tensor(GE2_DTYPE_F16, {m, k}), b = make_tensor(GE2_DTYPE_F16, {k, n});
+  HostTensor bias = make_tensor(GE2_DTYPE_F16, {n}), d = make_tensor(GE2_DTYPE_F16, {m, n});
+  fill_random(a);
+  fill_random(b);
+  fill_random(bias);
+  poison(d);
+  // Each operand 2 bytes past a 256-byte boundary: only 2-byte alignment holds.
+  void* block = nullptr;
+  const std::size_t slot = 1 << 16;
+  REQUIRE(cudaMalloc(&block, 4 * slot) == cudaSuccess);
+  auto at = [&](int i) { return static_cast<char*>(block) + i * slot + 2; };
+  REQUIRE(cudaMemcpy(at(0), a.data(), a.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(at(1), b.data(), b.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(at(2), bias.data(), bias.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(at(3), d.data(), d.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
   ge2_gemm_params_t p;
   ge2_gemm_params_init(&p);
-  p.m = p.n = p.k = 8;
-  int on_stack = 0;
-  void* bogus = reinterpret_cast<void*>(
-      0x10);  // not host-mapped, not device: must not be dereferenced blindly
-  (void)on_stack;
-  const ge2_status_t status =
-      ge2_gemm_bias_act(context.get(), &p, bogus, bogus, nullptr, bogus, nullptr);
-  CHECK(status != GE2_OK);
-  MESSAGE("bogus pointer: " << ge2_status_string(status) << ": " << ge2_last_error());
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.has_bias = 1;
+  p.activation = GE2_ACT_RELU;
+  REQUIRE_MESSAGE(
+      ge2_gemm_bias_act(context.get(), &p, at(0), at(1), at(2), at(3), nullptr) == GE2_OK,
+      ge2_last_error());
+  REQUIRE(cudaMemcpy(d.data(), at(3), d.bytes.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+  cudaFree(block);
+  const auto ref = gemm_reference(a, b, nullptr, &bias, {false, false, 1.0, 0.0, GE2_ACT_RELU});
+  CHECK(relative_error(d, ref) <= 1e-2);
+}
+
+TEST_CASE("gpu: plans run concurrently on two streams and one plan across streams stays ordered") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  auto graph = make_graph();
+  const std::int64_t m = 512, n = 256, k = 384;
+  ge2_tensor_desc_t da{GE2_DTYPE_F16, 2, {m, k}, {0, 0}}, db{GE2_DTYPE_F16, 2, {k, n}, {0, 0}};
+  ge2_value_t va, vb, vd;
+  REQUIRE(ge2_graph_add_input(graph.get(), "a", &da, &va) == GE2_OK);
+  REQUIRE(ge2_graph_add_input(graph.get(), "b", &db, &vb) == GE2_OK);
+  REQUIRE(ge2_graph_add_gemm(graph.get(), va, vb, GE2_NO_VALUE, nullptr, &vd) == GE2_OK);
+  REQUIRE(ge2_graph_add_activation(graph.get(), vd, GE2_ACT_GELU_ERF, &vd) == GE2_OK);
+  REQUIRE(ge2_graph_mark_output(graph.get(), vd, "d", nullptr) == GE2_OK);
+  ge2_compile_options_t options;
+  ge2_compile_options_init(&options);
+  options.fuse = 0;  // an intermediate buffer shared by the plan's executions
+  ge2_plan_t* raw = nullptr;
+  REQUIRE(ge2_plan_compile(context.get(), graph.get(), &options, &raw) == GE2_OK);
+  PlanPtr plan(raw);
+  cudaStream_t streams[2];
+  REQUIRE(cudaStreamCreateWithFlags(&streams[0], cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&streams[1], cudaStreamNonBlocking) == cudaSuccess);
+  constexpr int kSets = 4;
+  std::vector<HostTensor> as, bs, ds;
+  std::vector<void*> pa, pb, pd;
+  for (int i = 0; i < kSets; ++i) {
+    as.push_back(make_tensor(GE2_DTYPE_F16, {m, k}));
+    bs.push_back(make_tensor(GE2_DTYPE_F16, {k, n}));
+    ds.push_back(make_tensor(GE2_DTYPE_F16, {m, n}));
+    fill_random(as.back());
+    fill_random(bs.back());
+    poison(ds.back());
+    pa.push_back(memory.upload(as.back()));
+    pb.push_back(memory.upload(bs.back()));
+    pd.push_back(memory.upload(ds.back()));
+  }
+  for (int round = 0; round < 8; ++round) {
+    for (int i = 0; i < kSets; ++i) {
+      ge2_binding_t bindings[] = {{"a", pa[i]}, {"b", pb[i]}, {"d", pd[i]}};
+      REQUIRE_MESSAGE(ge2_plan_execute(plan.get(), bindings, 3, streams[(i + round) % 2]) == GE2_OK,
+                      ge2_last_error());
+    }
+  }
+  for (int i = 0; i < kSets; ++i) {
+    memory.download(pd[i], ds[i]);
+    const auto ref =
+        gemm_reference(as[i], bs[i], nullptr, nullptr, {false, false, 1.0, 0.0, GE2_ACT_GELU_ERF});
+    CHECK(relative_error(ds[i], ref) <= 1e-2);
+  }
+  cudaStreamDestroy(streams[0]);
+  cudaStreamDestroy(streams[1]);
 }
 #endif  // GE2_TEST_WITH_CUDA
 

@@ -71,8 +71,9 @@ void check_strides_do_not_overlap(const TensorType& type, const std::string& whe
   // Sorting the dimensions by stride, each stride must step over the whole
   // extent of the dimensions inside it; this is the usual sufficient test.
   std::array<int, 3> order{0, 1, 2};
-  std::sort(order.begin(), order.begin() + type.rank,
-            [&](int a, int b) { return type.strides[a] < type.strides[b]; });
+  for (int i = 1; i < type.rank; ++i)  // insertion sort of at most three dimensions
+    for (int j = i; j > 0 && type.strides[order[j]] < type.strides[order[j - 1]]; --j)
+      std::swap(order[j], order[j - 1]);
   std::int64_t extent = 1;
   for (int i = 0; i < type.rank; ++i) {
     const int dim = order[i];

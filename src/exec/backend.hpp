@@ -43,6 +43,8 @@ class Backend {
   virtual std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                                  const ElementwiseSlots& slots) = 0;
   virtual std::unique_ptr<Buffer> allocate(std::size_t bytes) = 0;
+  // State a plan keeps between executions; none by default.
+  virtual std::unique_ptr<PlanDeviceState> make_plan_state() { return nullptr; }
 
   // Runs the steps with the caller's pointers. `io_bytes[i]` is the size of slot
   // i when it is bound by the caller (0 for plan-owned slots); `io_is_output[i]`

@@ -150,6 +150,7 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
                                    {"steps", steps_json}};
   plan->description_ = description.dump(2);
   plan->state_.slots = plan->slot_defaults_;
+  plan->state_.device_state = backend.make_plan_state();
   return plan;
 }
 

@@ -3,14 +3,24 @@
 
 #include <nlohmann/json.hpp>
 
+#include <memory>
 #include <vector>
 
 namespace ge2 {
+
+// Per-plan state a backend keeps between executions (e.g. CUDA ordering events).
+class PlanDeviceState {
+ public:
+  virtual ~PlanDeviceState() = default;
+};
 
 // Pointers for one execution: slot i holds the bound or plan-owned buffer of one value.
 struct ExecState {
   std::vector<void*> slots;
   void* stream = nullptr;
+  void* workspace = nullptr;  // device scratch for this stream (CUDA)
+  std::size_t workspace_bytes = 0;
+  std::unique_ptr<PlanDeviceState> device_state;
 };
 
 class Step {

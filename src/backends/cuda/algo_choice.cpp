@@ -1,0 +1,187 @@
+#include "backends/cuda/algo_choice.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.hpp"
+#include "select/tune_key.hpp"
+
+namespace ge2::cuda {
+namespace {
+
+std::string utc_now() {
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+}  // namespace
+
+AlgoChooser::AlgoChooser(cublasLtHandle_t handle, const DeviceInfo& device, ge2_tune_mode_t mode,
+                         const std::string& tunedb_path, std::size_t workspace_bytes)
+    : handle_(handle),
+      device_(device),
+      mode_(mode),
+      workspace_bytes_(workspace_bytes),
+      db_path_(tunedb_path) {
+  if (mode == GE2_TUNE_OFF || tunedb_path.empty()) return;
+  if (mode == GE2_TUNE_TUNE) {
+    try {
+      db_ = std::make_unique<TuneDb>(tunedb_path, TuneDb::Mode::ReadWrite);
+      return;
+    } catch (const Error& error) {
+      // A read-only file still serves its rows; new results stay in memory.
+      if (!std::filesystem::exists(tunedb_path)) throw;
+      db_note_ = std::string("not writable, tuning results kept in memory only: ") + error.what();
+    }
+  } else if (!std::filesystem::exists(tunedb_path)) {
+    db_note_ = "no database file yet";
+    return;
+  }
+  db_ = std::make_unique<TuneDb>(tunedb_path, TuneDb::Mode::ReadOnly);
+}
+
+AlgoChooser::~AlgoChooser() = default;
+
+AlgoChoice AlgoChooser::heuristic(const LtMatmul& matmul, std::uint32_t alignment) const {
+  const auto results = matmul.heuristic(1, workspace_bytes_, alignment);
+  require(!results.empty(), GE2_ERROR_CUBLAS, "cuBLASLt offers no algorithm for GEMM {} ({}, {})",
+          matmul.problem().shape_string(), dtype_name(matmul.problem().dtype),
+          kernel_name(matmul.kernel()));
+  return {results.front().algo, read_algo_config(results.front().algo),
+          results.front().workspaceSize,
+          alignment >= 16 ? "heuristic"
+                          : fmt::format("heuristic for {}-byte-aligned pointers", alignment)};
+}
+
+AlgoChoice AlgoChooser::heuristic_for_alignment(const LtMatmul& matmul, std::uint32_t alignment) {
+  return heuristic(matmul, alignment);
+}
+
+std::optional<AlgoChoice> AlgoChooser::from_record(const LtMatmul& matmul, const TuneRecord& record,
+                                                   std::string source) {
+  try {
+    const AlgoConfig config = AlgoConfig::from_json(record.algo);
+    auto algo = build_algo(handle_, matmul, config);
+    std::size_t workspace = 0;
+    if (algo && matmul.check(*algo, &workspace) && workspace <= workspace_bytes_)
+      return AlgoChoice{*algo, config, workspace, std::move(source)};
+  } catch (const std::exception&) {
+    // Malformed JSON in a row: treated like a stale row below.
+  }
+  ++stale_rows_;
+  std::fprintf(stderr, "ge2: warning: ignoring tunedb row for %s: cuBLASLt rejects its algorithm\n",
+               record.key.to_string().c_str());
+  return std::nullopt;
+}
+
+AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key) {
+  cudaDeviceProp props{};
+  int device = 0;
+  GE2_CUDA_CHECK(cudaGetDevice(&device));
+  GE2_CUDA_CHECK(cudaGetDeviceProperties(&props, device));
+  Tuner tuner(handle_, workspace_bytes_, props.l2CacheSize);
+  const TuneOutcome outcome = tuner.tune(matmul);
+  ++tuned_;
+  const double gflops = matmul.problem().flops() / (outcome.best.time_us * 1e3);
+  measured_[key.to_string()] = outcome.best.time_us;
+  TuneKey fallback_key = make_tune_key(matmul.problem(), KernelId::CudaF32, device_);
+  measured_[fallback_key.to_string()] = outcome.fallback_time_us;
+  if (db_ && db_->writable()) {
+    TuneRecord record{key,
+                      outcome.best.config.to_json(),
+                      static_cast<std::int64_t>(outcome.best.workspace_bytes),
+                      outcome.best.time_us,
+                      outcome.heuristic_time_us,
+                      gflops,
+                      utc_now(),
+                      GE2_VERSION_STRING};
+    db_->upsert(record);
+    TuneRecord fallback{fallback_key,
+                        nlohmann::json::object(),
+                        0,
+                        outcome.fallback_time_us,
+                        0,
+                        matmul.problem().flops() / (outcome.fallback_time_us * 1e3),
+                        utc_now(),
+                        GE2_VERSION_STRING};
+    db_->upsert(fallback);
+  }
+  return {outcome.best.algo, outcome.best.config, outcome.best.workspace_bytes,
+          fmt::format("tuned now ({} candidates, {} rejected; {:.1f} us vs heuristic {:.1f} us)",
+                      outcome.candidates, outcome.rejected, outcome.best.time_us,
+                      outcome.heuristic_time_us)};
+}
+
+AlgoChoice AlgoChooser::choose(LtMatmul& matmul) {
+  const TuneKey key = make_tune_key(matmul.problem(), matmul.kernel(), device_);
+  const std::string text = key.to_string();
+  std::lock_guard lock(mutex_);  // also makes tuning of one key happen once per process
+  if (auto it = choices_.find(text); it != choices_.end()) return it->second;
+  AlgoChoice choice;
+  bool found = false;
+  if (mode_ != GE2_TUNE_OFF && db_) {
+    if (auto row = db_->find_exact(key)) {
+      if (auto c = from_record(matmul, *row, "tunedb")) {
+        choice = *c;
+        found = true;
+      }
+    }
+  }
+  if (!found && mode_ == GE2_TUNE_TUNE) {
+    choice = tune_now(matmul, key);
+    found = true;
+  }
+  if (!found && mode_ == GE2_TUNE_CACHED && db_) {
+    for (const auto& row : db_->find_in_bucket(key)) {
+      if (auto c = from_record(
+              matmul, row,
+              fmt::format("tunedb bucket (tuned at {}x{}x{})", row.key.m, row.key.n, row.key.k))) {
+        choice = *c;
+        found = true;
+        break;
+      }
+    }
+  }
+  if (!found) choice = heuristic(matmul, 16);
+  choices_.emplace(text, choice);
+  return choice;
+}
+
+std::optional<double> AlgoChooser::measured(KernelId kernel, const GemmProblem& problem) {
+  if (mode_ == GE2_TUNE_OFF) return std::nullopt;
+  const TuneKey key = make_tune_key(problem, kernel, device_);
+  const std::string text = key.to_string();
+  std::lock_guard lock(mutex_);
+  if (auto it = measured_.find(text); it != measured_.end()) return it->second;
+  std::optional<double> time;
+  if (db_) {
+    if (auto row = db_->find_exact(key)) time = row->time_us;
+  }
+  measured_.emplace(text, time);
+  return time;
+}
+
+MeasuredTime AlgoChooser::measured_times() {
+  return [this](KernelId kernel, const GemmProblem& problem) { return measured(kernel, problem); };
+}
+
+nlohmann::json AlgoChooser::describe() const {
+  std::lock_guard lock(mutex_);
+  static const char* modes[] = {"off", "cached", "tune"};
+  nlohmann::json j{{"mode", modes[mode_]},
+                   {"tunedb", db_path_.empty() ? "none" : db_path_},
+                   {"tunedb_open", db_ != nullptr},
+                   {"tunedb_writable", db_ && db_->writable()},
+                   {"cached_choices", choices_.size()},
+                   {"tuned_in_this_process", tuned_},
+                   {"stale_rows_ignored", stale_rows_}};
+  if (!db_note_.empty()) j["tunedb_note"] = db_note_;
+  return j;
+}
+
+}  // namespace ge2::cuda

@@ -1,0 +1,60 @@
+// RAII owners for every CUDA and cuBLASLt handle ge2 creates.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "backends/cuda/cuda_errors.hpp"
+
+namespace ge2::cuda {
+
+template <typename T, auto Destroy>
+struct HandleDeleter {
+  void operator()(T handle) const { (void)Destroy(handle); }
+};
+
+template <typename Pointee, auto Destroy>
+using UniqueHandle = std::unique_ptr<Pointee, HandleDeleter<Pointee*, Destroy>>;
+
+using LtHandle = UniqueHandle<cublasLtContext, cublasLtDestroy>;
+using MatmulDesc = UniqueHandle<cublasLtMatmulDescOpaque_t, cublasLtMatmulDescDestroy>;
+using MatrixLayout = UniqueHandle<cublasLtMatrixLayoutOpaque_t, cublasLtMatrixLayoutDestroy>;
+using MatmulPreference =
+    UniqueHandle<cublasLtMatmulPreferenceOpaque_t, cublasLtMatmulPreferenceDestroy>;
+using Event = UniqueHandle<CUevent_st, cudaEventDestroy>;
+using Stream = UniqueHandle<CUstream_st, cudaStreamDestroy>;
+
+// Device memory from cudaMalloc, freed with cudaFree.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes);
+  DeviceBuffer(DeviceBuffer&& other) noexcept : data_(other.data_), bytes_(other.bytes_) {
+    other.data_ = nullptr;
+    other.bytes_ = 0;
+  }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+LtHandle make_lt_handle();
+MatmulDesc make_matmul_desc(cublasComputeType_t compute, cudaDataType_t scale);
+MatrixLayout make_layout(cudaDataType_t type, std::uint64_t rows, std::uint64_t cols,
+                         std::int64_t ld);
+MatmulPreference make_preference();
+Event make_event();
+
+}  // namespace ge2::cuda

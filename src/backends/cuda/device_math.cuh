@@ -1,0 +1,54 @@
+// Device-side element conversion and activations, matching core/activation.hpp.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "ir/graph.hpp"
+
+namespace ge2::cuda {
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v);
+template <>
+__device__ __forceinline__ float to_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ float to_float<__half>(__half v) {
+  return __half2float(v);
+}
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+__device__ __forceinline__ float activate(int act, float x) {
+  switch (act) {
+    case static_cast<int>(Activation::Relu):
+      return fmaxf(x, 0.0f);
+    case static_cast<int>(Activation::GeluErf):
+      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case static_cast<int>(Activation::GeluTanh):
+      return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+    default:
+      return x;
+  }
+}
+
+}  // namespace ge2::cuda

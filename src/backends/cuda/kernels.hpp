@@ -1,0 +1,23 @@
+// Launchers for ge2's own CUDA kernels. Each checks its launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "exec/gemm_problem.hpp"
+
+namespace ge2::cuda {
+
+// cuda_f32: tiled fp32 GEMM (+C, bias, activation) over any dtype, size,
+// alignment and strides; the selector's universal fallback.
+void launch_fallback_gemm(const GemmProblem& problem, const void* a, const void* b, const void* c,
+                          const void* bias, void* d, cudaStream_t stream);
+
+// out = act(x + bias) over any strides; x may equal out (in place). Row-contiguous,
+// 16-byte-aligned tensors take a vectorised path.
+void launch_elementwise(const ElementwiseProblem& problem, const void* x, const void* bias,
+                        void* out, cudaStream_t stream);
+
+// Tiles of the fallback kernel, exported for the plan text.
+inline constexpr int kFallbackTileM = 64, kFallbackTileN = 64, kFallbackTileK = 16;
+
+}  // namespace ge2::cuda

@@ -1,0 +1,61 @@
+// One GEMM problem expressed for cuBLASLt: descriptors built once, row-major
+// operands mapped through the transpose trick (D^T = op(B)^T * op(A)^T in
+// column-major terms, so the per-column bias of row-major D is cuBLASLt's
+// per-row bias), batch strides, epilogue.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backends/cuda/cuda_raii.hpp"
+#include "exec/gemm_problem.hpp"
+#include "select/kernel_id.hpp"
+
+namespace ge2::cuda {
+
+struct LtPointers {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  const void* c = nullptr;
+  const void* bias = nullptr;
+  void* d = nullptr;
+};
+
+struct LtMatmulTypes {
+  cublasComputeType_t compute;
+  cudaDataType_t scale;
+  cudaDataType_t data;
+};
+
+class LtMatmul {
+ public:
+  LtMatmul(cublasLtHandle_t handle, const GemmProblem& problem, KernelId kernel);
+
+  // Up to `count` algorithms for this problem whose workspace fits and that
+  // accept pointers aligned to `alignment` bytes.
+  std::vector<cublasLtMatmulHeuristicResult_t> heuristic(int count, std::size_t max_workspace,
+                                                         std::uint32_t alignment) const;
+  // Whether `algo` is valid for this problem (cublasLtMatmulAlgoCheck); its workspace need.
+  bool check(const cublasLtMatmulAlgo_t& algo, std::size_t* workspace_bytes) const;
+
+  void run(const cublasLtMatmulAlgo_t& algo, const LtPointers& pointers, void* workspace,
+           std::size_t workspace_bytes, cudaStream_t stream);
+
+  // The activation runs in a separate kernel (cuBLASLt has no erf-GELU epilogue).
+  bool needs_separate_activation() const { return separate_activation_; }
+  const char* epilogue_name() const { return epilogue_name_; }
+  const GemmProblem& problem() const { return problem_; }
+  KernelId kernel() const { return kernel_; }
+  LtMatmulTypes types() const;
+
+ private:
+  cublasLtHandle_t handle_;
+  GemmProblem problem_;
+  KernelId kernel_;
+  MatmulDesc desc_;
+  MatrixLayout layout_first_, layout_second_, layout_c_, layout_d_;
+  bool separate_activation_ = false;
+  const char* epilogue_name_ = "CUBLASLT_EPILOGUE_DEFAULT";
+};
+
+}  // namespace ge2::cuda

@@ -1,0 +1,27 @@
+// One cuBLASLt workspace per stream: work on one stream is ordered, so plans
+// sharing a stream may share its workspace; different streams never do.
+#pragma once
+
+#include <map>
+#include <mutex>
+
+#include "backends/cuda/cuda_raii.hpp"
+
+namespace ge2::cuda {
+
+class WorkspacePool {
+ public:
+  explicit WorkspacePool(std::size_t bytes) : bytes_(bytes) {}
+  std::size_t bytes() const { return bytes_; }
+  // The workspace of `stream`, allocated on its first use (the only cudaMalloc
+  // an execution can make; later executions on the stream reuse it).
+  void* get(cudaStream_t stream);
+
+ private:
+  static constexpr std::size_t kMaxStreams = 64;
+  std::size_t bytes_;
+  std::mutex mutex_;
+  std::map<cudaStream_t, DeviceBuffer> buffers_;
+};
+
+}  // namespace ge2::cuda

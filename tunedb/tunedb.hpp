@@ -1,0 +1,65 @@
+// The tuning database: one SQLite file shared by many processes.
+//
+// Concurrency: WAL journal, a busy timeout, and every write in a BEGIN
+// IMMEDIATE transaction, so concurrent tuners serialise their writes and
+// readers never block. An upsert keeps the faster of two measurements.
+// Schema changes are versioned with PRAGMA user_version and migrated forward.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tunedb/tune_record.hpp"
+
+struct sqlite3;
+
+namespace ge2 {
+
+class TuneDb {
+ public:
+  enum class Mode { ReadOnly, ReadWrite };
+  static constexpr int kSchemaVersion = 2;
+
+  // Opens (and in ReadWrite mode creates, with its parent directory) the file.
+  // Throws GE2_ERROR_TUNEDB with SQLite's message on failure or a corrupt file.
+  TuneDb(const std::string& path, Mode mode);
+  ~TuneDb();
+  TuneDb(const TuneDb&) = delete;
+  TuneDb& operator=(const TuneDb&) = delete;
+
+  const std::string& path() const { return path_; }
+  bool writable() const { return mode_ == Mode::ReadWrite; }
+  int schema_version() const;
+
+  std::optional<TuneRecord> find_exact(const TuneKey& key) const;
+  // The tuned entry of the same signature whose sizes fall in the key's buckets,
+  // nearest in size first.
+  std::vector<TuneRecord> find_in_bucket(const TuneKey& key) const;
+  // Inserts, or replaces an existing row only if the new one is faster. Returns
+  // whether the stored row changed.
+  bool upsert(const TuneRecord& record);
+
+  struct Filter {
+    std::string device_contains, kernel;
+    std::optional<std::int64_t> cublaslt_version;
+  };
+  std::vector<TuneRecord> list(const Filter& filter = {}) const;
+  // Deletes rows of other devices or cuBLASLt versions than given; returns the count.
+  int prune(const std::string& keep_device, std::int64_t keep_cublaslt_version);
+  std::int64_t count() const;
+
+ private:
+  struct Closer {
+    void operator()(sqlite3* db) const;
+  };
+  void migrate();
+  void exec(const char* sql) const;
+
+  std::string path_;
+  Mode mode_;
+  std::unique_ptr<sqlite3, Closer> db_;
+};
+
+}  // namespace ge2
