@@ -116,7 +116,7 @@ TEST_CASE("one-shot: ge2_gemm_bias_act matches fp64 and reuses its plan") {
       poison(d);
       REQUIRE_MESSAGE(ge2_gemm_bias_act(context.get(), &p, a.data(), b.data(), bias.data(),
                                         d.data(), nullptr) == GE2_OK,
-                      ge2_last_error());
+                      std::string(ge2_last_error()));
       const auto ref =
           gemm_reference(a, b, nullptr, &bias, {false, true, 0.75, 0.0, GE2_ACT_GELU_TANH});
       CHECK(relative_error(d, ref) <= tolerance(dtype));

@@ -212,6 +212,32 @@ TEST_CASE(
   MESSAGE("plan: " << step.dump());
 }
 
+TEST_CASE(
+    "gpu: an unaligned f16 GEMM is staged into aligned buffers, and matches the unstaged result") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  for (bool allow_staging : {true, false}) {
+    GemmCase c;
+    c.dtype = GE2_DTYPE_F16;
+    c.m = 1536;
+    c.n = 1537;
+    c.k = 1539;
+    c.trans_b = true;
+    c.has_bias = true;
+    c.act = GE2_ACT_GELU_ERF;
+    c.allow_staging = allow_staging;
+    const auto r = run_gemm_case(context.get(), memory, c);
+    const auto plan = nlohmann::json::parse(r.plan_json);
+    const auto& step = plan["steps"][0];
+    CHECK(step["kernel"]["name"] == "lt_f16");
+    CHECK(step["selection"]["staged"] == allow_staging);
+    CHECK(step["kernel"].value("staged", false) == allow_staging);
+    CHECK_MESSAGE(r.error <= 1e-2, "staged=" << allow_staging << " error " << r.error);
+    MESSAGE("staged=" << allow_staging << " error " << r.error
+                      << " why: " << step["selection"]["why"].get<std::string>());
+  }
+}
+
 TEST_CASE("gpu: host pointers are staged, and one-shot calls match fp64") {
   auto context = make_context(GE2_DEVICE_CUDA);
   auto host = host_memory();
@@ -283,7 +309,7 @@ TEST_CASE("gpu: pointers at odd offsets take an algorithm chosen for their align
   p.activation = GE2_ACT_RELU;
   REQUIRE_MESSAGE(
       ge2_gemm_bias_act(context.get(), &p, at(0), at(1), at(2), at(3), nullptr) == GE2_OK,
-      ge2_last_error());
+      std::string(ge2_last_error()));
   REQUIRE(cudaMemcpy(d.data(), at(3), d.bytes.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
   cudaFree(block);
   const auto ref = gemm_reference(a, b, nullptr, &bias, {false, false, 1.0, 0.0, GE2_ACT_RELU});
@@ -329,7 +355,7 @@ TEST_CASE("gpu: plans run concurrently on two streams and one plan across stream
     for (int i = 0; i < kSets; ++i) {
       ge2_binding_t bindings[] = {{"a", pa[i]}, {"b", pb[i]}, {"d", pd[i]}};
       REQUIRE_MESSAGE(ge2_plan_execute(plan.get(), bindings, 3, streams[(i + round) % 2]) == GE2_OK,
-                      ge2_last_error());
+                      std::string(ge2_last_error()));
     }
   }
   for (int i = 0; i < kSets; ++i) {

@@ -104,3 +104,25 @@ TEST_CASE("selector: erf GELU on cuBLASLt costs an extra pass in the estimate") 
   CHECK(candidate(s, KernelId::LtF16).estimated_us > plain);
   CHECK(candidate(s, KernelId::LtF16).reason.find("erf-GELU") != std::string::npos);
 }
+
+TEST_CASE(
+    "selector: unaligned f16 is staged where the copy pays, not on small shapes, never when "
+    "forbidden") {
+  const DeviceInfo h200 = synthetic_h200();
+  auto big = select_gemm_kernel(problem(DType::F16, 4095, 4097, 4093), h200, {});
+  CHECK(big.kernel == KernelId::LtF16);
+  CHECK(big.staged);
+  CHECK(candidate(big, KernelId::LtF16).reason.find("staged") != std::string::npos);
+  auto small = select_gemm_kernel(problem(DType::F16, 63, 65, 67), h200, {});
+  CHECK_FALSE(small.staged);
+  SelectionPolicy no_staging;
+  no_staging.allow_staging = false;
+  CHECK_FALSE(select_gemm_kernel(problem(DType::F16, 4095, 4097, 4093), h200, no_staging).staged);
+  CHECK_FALSE(
+      select_gemm_kernel(problem(DType::F16, 4096, 4096, 4096), h200, {}).staged);  // aligned
+  const GemmProblem padded = staged_problem(problem(DType::F16, 4095, 4097, 4093));
+  CHECK(padded.k == 4096);
+  CHECK(padded.n == 4104);
+  CHECK(padded.m == 4095);
+  CHECK(is_tensor_core_aligned(padded));
+}

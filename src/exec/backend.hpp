@@ -38,8 +38,9 @@ class Backend {
   // Measured times from the tuning cache, for the selector; empty by default.
   virtual MeasuredTime measured_times() { return {}; }
 
+  // `staged`: copy the operands into aligned buffers first (cuBLASLt 16-bit kernels).
   virtual std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
-                                          KernelId kernel) = 0;
+                                          KernelId kernel, bool staged) = 0;
   virtual std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                                  const ElementwiseSlots& slots) = 0;
   virtual std::unique_ptr<Buffer> allocate(std::size_t bytes) = 0;

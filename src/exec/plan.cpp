@@ -43,6 +43,7 @@ nlohmann::json selection_json(const Selection& selection) {
     if (c.feasible) {
       entry["score_us"] = c.estimated_us;
       entry["measured"] = c.measured;
+      entry["staged"] = c.staged;
     }
     entry["reason"] = c.reason;
     candidates.push_back(entry);
@@ -121,7 +122,7 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
       plan->steps_.push_back(backend.make_gemm(
           problem,
           {slot_for(node.a), slot_for(node.b), slot_for(node.c), slot_for(node.bias), slot},
-          selection.kernel));
+          selection.kernel, selection.staged));
       step_json["problem"] = problem_json(problem);
       step_json["selection"] = selection_json(selection);
     } else {

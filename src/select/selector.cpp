@@ -117,6 +117,34 @@ double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& devi
 
 }  // namespace
 
+GemmProblem staged_problem(const GemmProblem& p) {
+  const std::int64_t align = 16 / static_cast<std::int64_t>(dtype_size(p.dtype));
+  const std::int64_t kp = (p.k + align - 1) / align * align, np = (p.n + align - 1) / align * align;
+  GemmProblem s = p;
+  s.k = kp;
+  s.n = np;
+  s.trans_a = s.trans_b = false;
+  s.a = {p.batch, p.m, kp, p.a.batch_stride == 0 ? 0 : p.m * kp, kp, 1};
+  s.b = {p.batch, kp, np, p.b.batch_stride == 0 ? 0 : kp * np, np, 1};
+  s.d = {p.batch, p.m, np, p.m * np, np, 1};
+  if (p.has_c) s.c = s.d;
+  s.bias_stride = 1;
+  return s;
+}
+
+double staging_bytes(const GemmProblem& p) {
+  const GemmProblem s = staged_problem(p);
+  const double e = static_cast<double>(dtype_size(p.dtype));
+  const double a = static_cast<double>(p.m) * p.k * (p.a.batch_stride == 0 ? 1 : p.batch);
+  const double b = static_cast<double>(p.k) * p.n * (p.b.batch_stride == 0 ? 1 : p.batch);
+  const double d = static_cast<double>(p.m) * p.n * p.batch;
+  const double a_s = static_cast<double>(s.m) * s.k * (p.a.batch_stride == 0 ? 1 : p.batch);
+  const double b_s = static_cast<double>(s.k) * s.n * (p.b.batch_stride == 0 ? 1 : p.batch);
+  const double d_s = static_cast<double>(s.m) * s.n * p.batch;
+  // Copy A and B in (read, write padded), C in if present, D out (read padded, write).
+  return e * (a + a_s + b + b_s + (p.has_c ? d + d_s : 0.0) + d_s + d);
+}
+
 std::string cublaslt_layout_problem(const GemmProblem& p) {
   auto unit_stride = [](const MatrixView& v) {
     return v.col_stride == 1 || v.row_stride == 1 || v.rows == 1 || v.cols == 1;
@@ -160,6 +188,24 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
     }
     candidate.feasible = true;
     candidate.estimated_us = estimate_us(kernel, problem, device, aligned, candidate.reason);
+    const bool sixteen_bit = kernel == KernelId::LtF16 || kernel == KernelId::LtBf16;
+    if (sixteen_bit && !aligned && policy.allow_staging) {
+      // Staging pays when one extra pass over the operands costs less than the
+      // unaligned kernels lose: compare the two estimates.
+      std::string basis;
+      const double bandwidth =
+          device.memory_bandwidth_gbs > 0 ? device.memory_bandwidth_gbs : 100.0;
+      const double staged = estimate_us(kernel, staged_problem(problem), device, true, basis) +
+                            3 * 3.0 + staging_bytes(problem) / (bandwidth * 1e3 * 0.6);
+      if (staged < candidate.estimated_us) {
+        candidate.estimated_us = staged;
+        candidate.staged = true;
+        candidate.reason = basis + fmt::format(", staged into aligned buffers ({:.1f} MB copied)",
+                                               staging_bytes(problem) / 1e6);
+      } else {
+        candidate.reason += ", staging would not pay";
+      }
+    }
     if (measured) {
       if (auto time = measured(kernel, problem)) {
         candidate.estimated_us = *time;
@@ -177,6 +223,7 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
             "kernel '{}' was forced but cannot run GEMM {} ({}): {}", kernel_name(*policy.forced),
             problem.shape_string(), dtype_name(problem.dtype), forced.reason);
     selection.kernel = *policy.forced;
+    selection.staged = forced.staged && !forced.measured;
     selection.why = "forced by force_kernel / GE2_FORCE_KERNEL";
     return selection;
   }
@@ -194,9 +241,12 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
   require(best != nullptr, GE2_ERROR_UNSUPPORTED, "no kernel can run GEMM {} ({})",
           problem.shape_string(), dtype_name(problem.dtype));
   selection.kernel = best->kernel;
-  selection.why =
-      fmt::format("lowest {} time ({:.2f} us){}", any_measured ? "measured" : "estimated",
-                  best->estimated_us, aligned ? "" : "; leading dimensions not 16-byte aligned");
+  selection.staged = best->staged && !best->measured;
+  selection.why = fmt::format("lowest {} time ({:.2f} us){}",
+                              any_measured ? "measured" : "estimated", best->estimated_us,
+                              aligned            ? ""
+                              : selection.staged ? "; unaligned leading dimensions: operands staged"
+                                                 : "; leading dimensions not 16-byte aligned");
   return selection;
 }
 

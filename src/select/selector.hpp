@@ -24,11 +24,13 @@ struct Candidate {
   bool feasible = false;
   double estimated_us = 0;  // lower is better; from measurement when `measured`
   bool measured = false;
-  std::string reason;  // why infeasible, or what the estimate rests on
+  bool staged = false;  // operands copied into 16-byte-aligned buffers first
+  std::string reason;   // why infeasible, or what the estimate rests on
 };
 
 struct Selection {
   KernelId kernel{};
+  bool staged = false;
   std::string why;
   std::vector<Candidate> candidates;
 };
@@ -41,6 +43,11 @@ using MeasuredTime = std::function<std::optional<double>(KernelId, const GemmPro
 std::string cublaslt_layout_problem(const GemmProblem& problem);
 // Whether every leading dimension and batch stride is a multiple of 16 bytes.
 bool is_tensor_core_aligned(const GemmProblem& problem);
+// The aligned problem a staged cuBLASLt step runs: op(A) as row-major [M, Kp],
+// op(B) as [Kp, Np], D as [M, Np], with K and N rounded up to 16 bytes of elements.
+GemmProblem staged_problem(const GemmProblem& problem);
+// Bytes the staging copies move (read + write of A, B, C and D).
+double staging_bytes(const GemmProblem& problem);
 
 Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& device,
                              const SelectionPolicy& policy, const MeasuredTime& measured = {});

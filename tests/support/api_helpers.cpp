@@ -12,7 +12,7 @@ ContextPtr make_context(ge2_device_kind_t device) {
   options.tunedb_path = "";
   ge2_context_t* context = nullptr;
   const ge2_status_t status = ge2_context_create(GE2_API_VERSION, &options, &context);
-  REQUIRE_MESSAGE(status == GE2_OK, ge2_last_error());
+  REQUIRE_MESSAGE(status == GE2_OK, std::string(ge2_last_error()));
   return ContextPtr(context);
 }
 
@@ -105,6 +105,7 @@ GemmResult run_gemm_case(ge2_context_t* context, Memory& memory, const GemmCase&
   GE2_CHECK(ge2_compile_options_init(&options));
   options.force_kernel = c.force_kernel;
   options.allow_tf32 = c.allow_tf32;
+  options.allow_staging = c.allow_staging;
   ge2_plan_t* raw_plan = nullptr;
   GE2_CHECK(ge2_plan_compile(context, graph.get(), &options, &raw_plan));
   PlanPtr plan(raw_plan);

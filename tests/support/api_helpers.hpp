@@ -51,6 +51,7 @@ struct GemmCase {
   float alpha = 1.0f, beta = 0.0f;
   const char* force_kernel = nullptr;
   bool allow_tf32 = false;
+  bool allow_staging = true;
   std::string label() const;
 };
 

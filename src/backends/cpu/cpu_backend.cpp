@@ -1,5 +1,8 @@
 // The CPU reference backend: host pointers, synchronous, every op and dtype.
+#include <unistd.h>
+
 #include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.hpp"
@@ -45,16 +48,28 @@ class CpuElementwiseStep final : public Step {
   ElementwiseSlots slots_;
 };
 
+// Host memory for an intermediate value. Requests beyond physical memory fail
+// up front: with overcommit, a huge allocation can "succeed" and the process is
+// killed later when the pages are touched.
 class HostBuffer final : public Buffer {
  public:
-  explicit HostBuffer(std::size_t bytes) : storage_((bytes + 15) / 16) {}
-  void* data() override { return storage_.data(); }
+  explicit HostBuffer(std::size_t bytes) {
+    const auto pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+    const double physical =
+        pages > 0 && page_size > 0 ? static_cast<double>(pages) * page_size : 0.0;
+    require(
+        physical == 0.0 || static_cast<double>(bytes) <= physical, GE2_ERROR_OUT_OF_MEMORY,
+        "an intermediate buffer of {} bytes exceeds this host's {:.0f} bytes of physical memory",
+        bytes, physical);
+    storage_ = std::make_unique_for_overwrite<Block[]>((bytes + 15) / 16);
+  }
+  void* data() override { return storage_.get(); }
 
  private:
   struct alignas(16) Block {
     unsigned char bytes[16];
   };
-  std::vector<Block> storage_;
+  std::unique_ptr<Block[]> storage_;
 };
 
 class CpuBackend final : public Backend {
@@ -66,7 +81,7 @@ class CpuBackend final : public Backend {
   }
 
   std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
-                                  KernelId kernel) override {
+                                  KernelId kernel, bool) override {
     require(kernel == KernelId::CpuRef, GE2_ERROR_UNSUPPORTED,
             "the CPU backend cannot run kernel '{}'", kernel_name(kernel));
     return std::make_unique<CpuGemmStep>(problem, slots);

@@ -8,7 +8,9 @@ void check_cuda(cudaError_t status, const char* call) {
   if (status == cudaSuccess) return;
   const ge2_status_t code =
       status == cudaErrorMemoryAllocation ? GE2_ERROR_OUT_OF_MEMORY : GE2_ERROR_CUDA;
-  if (status != cudaErrorMemoryAllocation) (void)cudaGetLastError();  // clear non-sticky errors
+  // Clear the error so that a later cudaGetLastError() does not report it again
+  // (non-sticky errors such as a failed allocation leave the context usable).
+  (void)cudaGetLastError();
   fail(code, "{} failed: {} ({})", call, cudaGetErrorName(status), cudaGetErrorString(status));
 }
 

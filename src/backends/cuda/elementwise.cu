@@ -71,6 +71,29 @@ __global__ void elementwise_vectorised(ElementwiseParams p) {
   }
 }
 
+struct CopyParams {
+  const void* src;
+  void* dst;
+  long long batch, src_rows, src_cols, dst_rows, dst_cols;
+  long long s_bs, s_rs, s_cs, d_bs, d_rs, d_cs;
+};
+
+template <typename T>
+__global__ void copy_matrix_kernel(CopyParams p) {
+  const long long total = p.batch * p.dst_rows * p.dst_cols;
+  const T* src = static_cast<const T*>(p.src);
+  T* dst = static_cast<T*>(p.dst);
+  for (long long idx = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long j = idx % p.dst_cols;
+    const long long i = (idx / p.dst_cols) % p.dst_rows;
+    const long long z = idx / (p.dst_cols * p.dst_rows);
+    const T value = (i < p.src_rows && j < p.src_cols) ? src[z * p.s_bs + i * p.s_rs + j * p.s_cs]
+                                                       : from_float<T>(0.0f);
+    dst[z * p.d_bs + i * p.d_rs + j * p.d_cs] = value;
+  }
+}
+
 bool aligned16(const void* pointer) {
   return (reinterpret_cast<std::uintptr_t>(pointer) & 15u) == 0;
 }
@@ -90,6 +113,30 @@ void launch_typed(const ElementwiseParams& p, bool vectorise, cudaStream_t strea
 }
 
 }  // namespace
+
+void launch_copy_matrix(DType dtype, const MatrixView& src, const void* src_data,
+                        const MatrixView& dst, void* dst_data, cudaStream_t stream) {
+  const CopyParams p{src_data,       dst_data,       dst.batch,        src.rows,
+                     src.cols,       dst.rows,       dst.cols,         src.batch_stride,
+                     src.row_stride, src.col_stride, dst.batch_stride, dst.row_stride,
+                     dst.col_stride};
+  constexpr int kThreads = 256;
+  const long long work = dst.batch * dst.rows * dst.cols;
+  const unsigned blocks = static_cast<unsigned>(
+      std::max<long long>(1, std::min<long long>((work + kThreads - 1) / kThreads, 132LL * 32)));
+  switch (dtype) {
+    case DType::F16:
+      copy_matrix_kernel<__half><<<blocks, kThreads, 0, stream>>>(p);
+      break;
+    case DType::BF16:
+      copy_matrix_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(p);
+      break;
+    case DType::F32:
+      copy_matrix_kernel<float><<<blocks, kThreads, 0, stream>>>(p);
+      break;
+  }
+  GE2_CUDA_CHECK(cudaGetLastError());
+}
 
 void launch_elementwise(const ElementwiseProblem& pr, const void* x, const void* bias, void* out,
                         cudaStream_t stream) {

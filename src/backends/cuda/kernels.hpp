@@ -17,6 +17,11 @@ void launch_fallback_gemm(const GemmProblem& problem, const void* a, const void*
 void launch_elementwise(const ElementwiseProblem& problem, const void* x, const void* bias,
                         void* out, cudaStream_t stream);
 
+// dst[z][i][j] = src(z, i, j) inside src's rows x cols, 0 in the rest of dst's
+// extent: staging copies into aligned, zero-padded buffers and copies back.
+void launch_copy_matrix(DType dtype, const MatrixView& src, const void* src_data,
+                        const MatrixView& dst, void* dst_data, cudaStream_t stream);
+
 // Tiles of the fallback kernel, exported for the plan text.
 inline constexpr int kFallbackTileM = 64, kFallbackTileN = 64, kFallbackTileK = 16;
 

@@ -1,0 +1,165 @@
+"""Tests of the ctypes binding: the CPU backend with NumPy always; CuPy and
+PyTorch device arrays when a GPU is present (skipped otherwise, with a reason)."""
+import math
+
+import numpy as np
+import pytest
+
+import ge2
+
+
+def gelu_erf(x):
+    return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+
+def reference(a, b, bias, act, trans_a=False, trans_b=False, alpha=1.0):
+    a64 = a.astype(np.float64)
+    b64 = b.astype(np.float64)
+    if trans_a:
+        a64 = np.swapaxes(a64, -1, -2)
+    if trans_b:
+        b64 = np.swapaxes(b64, -1, -2)
+    d = alpha * (a64 @ b64)
+    if bias is not None:
+        d = d + bias.astype(np.float64)
+    if act == "relu":
+        d = np.maximum(d, 0)
+    elif act == "gelu":
+        d = gelu_erf(d)
+    return d
+
+
+def rel_error(got, want):
+    got = got.astype(np.float64)
+    if not np.all(np.isfinite(got)):
+        return math.inf
+    return np.linalg.norm(got - want) / np.linalg.norm(want)
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    with ge2.Context(device="cpu", tunedb="") as ctx:
+        yield ctx
+
+
+def test_api_version_and_library_version():
+    assert ge2._lib.ge2_get_api_version() == 2
+    assert ge2.library_version().startswith("2.")
+
+
+@pytest.mark.parametrize("dtype,bound", [(np.float16, 2e-3), (np.float32, 1e-5)])
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh"])
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_gemm_bias_act_matches_fp64(cpu, dtype, bound, act, trans_b):
+    rng = np.random.default_rng()
+    m, n, k = rng.integers(1, 40, size=3)
+    a = rng.uniform(-1, 1, (m, k)).astype(dtype)
+    b = rng.uniform(-1, 1, (n, k) if trans_b else (k, n)).astype(dtype)
+    bias = rng.uniform(-1, 1, n).astype(dtype)
+    out = np.full((m, n), np.nan, dtype=dtype)
+    ge2.gemm_bias_act(a, b, bias, act=act, trans_b=trans_b, out=out, context=cpu)
+    want = reference(a, b, bias, act, trans_b=trans_b)
+    if act == "gelu_tanh":
+        want = reference(a, b, bias, None, trans_b=trans_b)
+        want = 0.5 * want * (1 + np.tanh(math.sqrt(2 / math.pi) * (want + 0.044715 * want**3)))
+    assert rel_error(out, want) <= bound
+
+
+def test_batched_and_strided_views(cpu):
+    rng = np.random.default_rng()
+    big = rng.uniform(-1, 1, (3, 20, 40)).astype(np.float32)
+    a = big[:, :, :17]  # leading dimension 40, batch stride 800
+    b = rng.uniform(-1, 1, (3, 17, 9)).astype(np.float32)
+    y = ge2.gemm_bias_act(a, b, None, act="relu", context=cpu)
+    assert isinstance(y, np.ndarray) and y.shape == (3, 20, 9)
+    assert rel_error(y, reference(a, b, None, "relu")) <= 1e-5
+
+
+def test_graph_builder_fuses_and_runs(cpu):
+    rng = np.random.default_rng()
+    g = ge2.Graph()
+    x = g.input("x", (8, 16), "f32")
+    w = g.input("w", (16, 12), "f32")
+    bias = g.input("bias", (12,), "f32")
+    h = g.activation(g.bias(g.gemm(x, w), bias), "gelu")
+    g.output(h, "y")
+    plan = g.compile(cpu)
+    steps = plan.describe()["steps"]
+    assert len(steps) == 1 and steps[0]["op"] == "gemm_bias_act"
+    xs = rng.uniform(-1, 1, (8, 16)).astype(np.float32)
+    ws = rng.uniform(-1, 1, (16, 12)).astype(np.float32)
+    bs = rng.uniform(-1, 1, 12).astype(np.float32)
+    y = np.full((8, 12), np.nan, dtype=np.float32)
+    plan.execute({"x": xs, "w": ws, "bias": bs, "y": y})
+    assert rel_error(y, reference(xs, ws, bs, "gelu")) <= 1e-5
+
+
+def test_errors_map_to_exception_classes_with_messages(cpu):
+    g = ge2.Graph()
+    a = g.input("a", (4, 8), "f16")
+    b = g.input("b", (6, 5), "f16")
+    with pytest.raises(ge2.ShapeMismatchError, match=r"argument 'b'.*K=6"):
+        g.gemm(a, b)
+    with pytest.raises(ge2.InvalidArgumentError, match=r"'name' = 'a' is already"):
+        g.input("a", (4, 8), "f16")
+    with pytest.raises(ge2.InvalidArgumentError, match="shape"):
+        g.input("z", (0, 8), "f16")
+    with pytest.raises(ValueError, match="unknown activation"):
+        g.activation(a, "swish")
+    b_ok = g.input("b_ok", (8, 5), "f16")
+    g.output(g.gemm(a, b_ok), "y")
+    with pytest.raises(ge2.UnsupportedError, match="'lt_f16' was forced"):
+        g.compile(cpu, force_kernel="lt_f16")
+    plan = g.compile(cpu)
+    with pytest.raises(ge2.InvalidArgumentError, match="'y' is not bound"):
+        plan.execute({"a": np.ones((4, 8), np.float16), "b": np.ones((6, 5), np.float16),
+                      "b_ok": np.ones((8, 5), np.float16)})
+    with pytest.raises(ge2.InvalidArgumentError, match="argument 'a'"):
+        plan.execute({"a": np.ones((4, 9), np.float16), "y": np.ones((4, 5), np.float16)})
+    with pytest.raises(TypeError, match="float16 or float32"):
+        ge2.gemm_bias_act(np.zeros((2, 2), np.float64), np.zeros((2, 2), np.float64), context=cpu)
+
+
+def test_no_device_is_a_clear_error_without_cuda():
+    try:
+        ctx = ge2.Context(device="cuda", tunedb="")
+    except ge2.NoDeviceError as error:
+        assert "ge2_context_create" in str(error)
+        assert error.status == 4
+    else:
+        ctx.close()
+        pytest.skip("a CUDA device is present")
+
+
+def _cuda_or_skip(module):
+    lib = pytest.importorskip(module)
+    try:
+        ctx = ge2.Context(device="cuda", tunedb="")
+    except ge2.NoDeviceError:
+        pytest.skip("SKIPPED: no CUDA device")
+    return lib, ctx
+
+
+@pytest.mark.gpu
+def test_torch_tensors_in_place_on_current_stream():
+    torch, ctx = _cuda_or_skip("torch")
+    a = torch.randn(256, 384, device="cuda", dtype=torch.float16)
+    b = torch.randn(384, 128, device="cuda", dtype=torch.float16) / 20
+    bias = torch.randn(128, device="cuda", dtype=torch.float16)
+    for dtype in (torch.float16, torch.bfloat16):
+        y = ge2.gemm_bias_act(a.to(dtype), b.to(dtype), bias.to(dtype), act="gelu", context=ctx)
+        assert isinstance(y, torch.Tensor) and y.is_cuda and y.dtype == dtype
+        want = torch.nn.functional.gelu(a.double() @ b.to(dtype).double() + bias.to(dtype).double())
+        assert ((y.double() - want).norm() / want.norm()).item() <= 1e-2
+    ctx.close()
+
+
+@pytest.mark.gpu
+def test_cupy_arrays():
+    cupy, ctx = _cuda_or_skip("cupy")
+    a = cupy.random.uniform(-1, 1, (300, 200)).astype(cupy.float16)
+    b = cupy.random.uniform(-1, 1, (200, 100)).astype(cupy.float16)
+    y = ge2.gemm_bias_act(a, b, None, act="relu", context=ctx)
+    want = cupy.maximum(a.astype(cupy.float64) @ b.astype(cupy.float64), 0)
+    assert float(cupy.linalg.norm(y.astype(cupy.float64) - want) / cupy.linalg.norm(want)) <= 1e-2
+    ctx.close()

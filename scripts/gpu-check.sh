@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs on the H200 through the device tool (see docs/gpu-validation.md):
+#   scripts/gpu-check.sh [tests|sanitize|bench|all]...
+# Uses the build folder made on the development machine (build-gpu, carried;
+# the device lacks sqlite3.h), runs the gpu-labelled tests, the sample, the
+# sanitizers and the benchmarks, and prints a short table last. Logs go to $OUT.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$ROOT/build-gpu}
+OUT=${OUT:-/tmp/ge2-gpu-check}
+mkdir -p "$OUT"
+modes=${*:-tests}
+summary=()
+note() { summary+=("$1"); }
+
+# CTest files hold the absolute paths of the machine that configured them.
+configured=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt")
+if [ "$configured" != "$ROOT" ] && [ ! -e "$configured" ]; then
+  mkdir -p "$(dirname "$configured")" && ln -s "$ROOT" "$configured"
+fi
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/device.txt"
+export GE2_TUNEDB=$OUT/tunedb.sqlite
+
+for mode in $modes; do
+  case $mode in
+  tests | all)
+    ctest --test-dir "$BUILD" --output-on-failure -E exported_symbols 2>&1 | tee "$OUT/ctest.log" | tail -25
+    note "ctest: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
+    "$BUILD/tests/ge2_gpu_tests" 2>&1 | tee "$OUT/gpu_tests.log" | tail -4
+    note "gpu tests: $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_tests.log" | tr '\n' ' ')"
+    GE2_TUNEDB= "$BUILD/samples/ge2_mlp" > "$OUT/mlp.log" 2>&1
+    note "sample mlp: $(tail -1 "$OUT/mlp.log")"
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python python3 -m pytest -q -rs \
+      "$ROOT/bindings/python/tests" > "$OUT/pytest.log" 2>&1
+    note "python binding (pytest): $(tail -1 "$OUT/pytest.log")"
+    ;;&
+  sanitize | all)
+    for tool in memcheck racecheck; do
+      compute-sanitizer --tool $tool --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" \
+        -tc='*forced*,*batched*,*fused cuBLASLt*,*odd offsets*,*two streams*' > "$OUT/sanitizer-$tool.log" 2>&1
+      note "compute-sanitizer $tool: exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-$tool.log" | tail -1))"
+    done
+    ;;&
+  bench | all)
+    if [ -x "$BUILD/bench/bench_gemm" ]; then
+      "$BUILD/bench/bench_gemm" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
+      note "bench_gemm: $(tail -1 "$OUT/bench.log")"
+    fi
+    if [ -f "$ROOT/bench/peers.py" ]; then
+      GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python PYTHONUNBUFFERED=1 \
+        python3 "$ROOT/bench/peers.py" --out "$OUT" 2>&1 | tee "$OUT/peers.log" | tail -40
+      note "peers: $(tail -1 "$OUT/peers.log")"
+    fi
+    ;;
+  esac
+done
+
+echo
+echo "== ge2 gpu-check summary ($(date -u +%Y-%m-%dT%H:%MZ))"
+head -2 "$OUT/device.txt" | tail -1
+for line in "${summary[@]}"; do echo "  $line"; done
