@@ -42,6 +42,24 @@ for mode in $modes; do
       note "compute-sanitizer $tool: exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-$tool.log" | tail -1))"
     done
     ;;&
+  tune | all)
+    # ge_tune builds a database; a second process (ge_tune check, cached mode)
+    # must then get the tuned algorithms at compile time without tuning.
+    T=$BUILD/tunedb/ge_tune
+    DB=$OUT/ge_tune.sqlite
+    rm -f "$DB"*
+    shapes="--shape 4096x4096x4096 --preset ffn:4096 --shape 4095x4097x4093 --shape 128x4096x4096 --shape 16x4096x4096"
+    {
+      echo "--- ge_tune tune (first process)"; $T tune --db "$DB" $shapes
+      echo "--- ge_tune check (second process, cached mode)"; $T check --db "$DB" $shapes
+      echo "--- ge_tune list"; $T list --db "$DB"
+      echo "--- export / import / info"; $T export --db "$DB" --out "$OUT/tunedb.jsonl"
+      $T import --db "$OUT/imported.sqlite" --in "$OUT/tunedb.jsonl"; $T info --db "$OUT/imported.sqlite"
+      echo "--- bad arguments"; $T tune --db "$DB" --shape 12x34; echo "exit $?"
+    } > "$OUT/ge_tune.log" 2>&1
+    cat "$OUT/ge_tune.log" | tail -30
+    note "ge_tune: $(grep -c 'tuned now' "$OUT/ge_tune.log") shapes tuned, $(grep -c '\[tunedb\]' "$OUT/ge_tune.log") served from the db in a second process"
+    ;;&
   bench | all)
     if [ -x "$BUILD/bench/bench_gemm" ]; then
       "$BUILD/bench/bench_gemm" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
@@ -56,6 +74,8 @@ for mode in $modes; do
   esac
 done
 
+# The device tool returns at most 8 files: bundle the logs into one.
+for f in "$OUT"/*.log; do echo "===== $(basename "$f")"; cat "$f"; done > "$OUT/all-logs.txt" 2>/dev/null
 echo
 echo "== ge2 gpu-check summary ($(date -u +%Y-%m-%dT%H:%MZ))"
 head -2 "$OUT/device.txt" | tail -1

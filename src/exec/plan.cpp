@@ -49,6 +49,7 @@ nlohmann::json selection_json(const Selection& selection) {
     candidates.push_back(entry);
   }
   return {{"kernel", kernel_name(selection.kernel)},
+          {"staged", selection.staged},
           {"why", selection.why},
           {"candidates", candidates}};
 }

@@ -185,7 +185,9 @@ class Plan:
         _check(_lib.ge2_plan_compile(context.handle, graph._handle, ctypes.byref(options), ctypes.byref(handle)))
         self._handle = handle
         self.context = context  # keeps the context alive at least as long as the plan
+        self._on_cuda = context.device == "cuda"
         self.io = self._io()
+        self._names = {name: name.encode() for name in self.io}
 
     def _io(self) -> dict:
         count = ctypes.c_size_t()
@@ -205,24 +207,27 @@ class Plan:
         return json.loads(text.value)
 
     def execute(self, arrays: dict, stream: int | None = None) -> None:
+        """Binds arrays by name and runs the plan. Device arrays run on `stream`, by
+        default the current stream of the first device array's library."""
         bindings = (_capi.Binding * len(arrays))()
-        names = []
-        device_stream = None
+        keep = []
+        need_stream = stream is None and self._on_cuda
         for i, (name, array) in enumerate(arrays.items()):
-            v = view(array)
+            v = view(array, want_stream=need_stream)
             expected = self.io.get(name)
-            if expected is not None:
-                if v.dtype != expected["dtype"] or v.shape != expected["shape"] or v.strides != expected["strides"]:
-                    raise InvalidArgumentError(
-                        f"ge2.Plan.execute: argument '{name}': dtype/shape/strides {v.dtype}/{v.shape}/{v.strides} "
-                        f"differ from the plan's {expected['dtype']}/{expected['shape']}/{expected['strides']}", 1)
-            if v.on_device and device_stream is None:
-                device_stream = v.stream
-            names.append(name.encode())
-            bindings[i].name = names[-1]
+            if expected is not None and (v.dtype != expected["dtype"] or v.shape != expected["shape"]
+                                         or v.strides != expected["strides"]):
+                raise InvalidArgumentError(
+                    f"ge2.Plan.execute: argument '{name}': dtype/shape/strides {v.dtype}/{v.shape}/{v.strides} "
+                    f"differ from the plan's {expected['dtype']}/{expected['shape']}/{expected['strides']}", 1)
+            if need_stream and v.on_device:
+                stream, need_stream = v.stream, False
+            encoded = self._names.get(name)
+            if encoded is None:
+                encoded = name.encode()
+                keep.append(encoded)
+            bindings[i].name = encoded
             bindings[i].data = v.pointer
-        if stream is None and self.context.device == "cuda":
-            stream = device_stream
         _check(_lib.ge2_plan_execute(self._handle, bindings, len(arrays), stream))
 
     def __del__(self):

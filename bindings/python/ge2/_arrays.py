@@ -21,19 +21,26 @@ class ArrayView:
     stream: int | None = None  # the library's current stream, for device arrays
 
 
-def _torch_view(t) -> ArrayView:
+_TORCH_DTYPES = {}
+
+
+def _torch_view(t, want_stream) -> ArrayView:
     import torch
-    dtypes = {torch.float16: _capi.DTYPE_F16, torch.bfloat16: _capi.DTYPE_BF16, torch.float32: _capi.DTYPE_F32}
-    if t.dtype not in dtypes:
+    if not _TORCH_DTYPES:
+        _TORCH_DTYPES.update({torch.float16: _capi.DTYPE_F16, torch.bfloat16: _capi.DTYPE_BF16,
+                              torch.float32: _capi.DTYPE_F32})
+    dtype = _TORCH_DTYPES.get(t.dtype)
+    if dtype is None:
         raise TypeError(f"ge2: torch dtype {t.dtype} is not float16, bfloat16 or float32")
-    stream = torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else None
-    return ArrayView(t.data_ptr(), dtypes[t.dtype], tuple(t.shape), tuple(t.stride()), t.is_cuda, "torch", stream)
+    stream = torch.cuda.current_stream(t.device).cuda_stream if (want_stream and t.is_cuda) else None
+    return ArrayView(t.data_ptr(), dtype, tuple(t.shape), tuple(t.stride()), t.is_cuda, "torch", stream)
 
 
-def view(array) -> ArrayView:
+def view(array, want_stream: bool = True) -> ArrayView:
+    """`want_stream`: also look up the array library's current stream (costs a call)."""
     module = type(array).__module__.split(".")[0]
     if module == "torch":
-        return _torch_view(array)
+        return _torch_view(array, want_stream)
     if hasattr(array, "__cuda_array_interface__"):  # CuPy and others
         iface = array.__cuda_array_interface__
         dtype = _TYPESTR.get(iface["typestr"])
@@ -50,7 +57,7 @@ def view(array) -> ArrayView:
         else:
             strides = [s // size for s in strides]
         stream = None
-        if module == "cupy":
+        if module == "cupy" and want_stream:
             import cupy
             stream = cupy.cuda.get_current_stream().ptr
         return ArrayView(iface["data"][0], dtype, shape, tuple(strides), True, module, stream)

@@ -354,15 +354,23 @@ class CudaBackend final : public Backend {
   void run_ordered(const std::vector<std::unique_ptr<Step>>& steps, ExecState& state,
                    CudaPlanState& ps) {
     const auto stream = static_cast<cudaStream_t>(state.stream);
+    // A stream being captured into a CUDA graph runs nothing now and may not wait
+    // on work outside the capture: ordering replays against eager executions is
+    // the caller's, and the capture leaves the plan's ordering state untouched.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    GE2_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    const bool capturing = capture != cudaStreamCaptureStatusNone;
     // Executions of one plan share its intermediates: a new stream waits for the last one.
-    if (ps.recorded && ps.last_stream != stream)
+    if (!capturing && ps.recorded && ps.last_stream != stream)
       GE2_CUDA_CHECK(cudaStreamWaitEvent(stream, ps.done.get(), 0));
     state.workspace = workspaces_.get(stream);
     state.workspace_bytes = workspaces_.bytes();
     for (const auto& step : steps) step->run(state);
-    GE2_CUDA_CHECK(cudaEventRecord(ps.done.get(), stream));
-    ps.last_stream = stream;
-    ps.recorded = true;
+    if (!capturing) {
+      GE2_CUDA_CHECK(cudaEventRecord(ps.done.get(), stream));
+      ps.last_stream = stream;
+      ps.recorded = true;
+    }
   }
 
   // Host pointers: copy through temporary device buffers, synchronously. Outputs

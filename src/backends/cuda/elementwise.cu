@@ -40,34 +40,35 @@ __global__ void elementwise_strided(ElementwiseParams p) {
   }
 }
 
-// Each thread handles one 16-byte vector of a row: kVec elements.
+// A 2-D grid: y strides over the rows of all batches, x over the 16-byte
+// vectors of a row, so no thread divides per element; bias is read once per vector.
 template <typename T>
 __global__ void elementwise_vectorised(ElementwiseParams p) {
   constexpr int kVec = 16 / sizeof(T);
   const long long vectors_per_row = p.cols / kVec;
-  const long long total = p.batch * p.rows * vectors_per_row;
+  const long long rows_total = p.batch * p.rows;
   const T* bias = static_cast<const T*>(p.bias);
-  for (long long idx = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const long long vj = idx % vectors_per_row;
-    const long long row = idx / vectors_per_row;  // over batch * rows
-    const long long i = row % p.rows, z = row / p.rows;
-    const uint4 packed = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + z * p.x_bs +
-                                                         i * p.x_rs + vj * kVec);
-    const T* in = reinterpret_cast<const T*>(&packed);
-    uint4 bias_packed{};
-    if (p.has_bias) bias_packed = *reinterpret_cast<const uint4*>(bias + vj * kVec);
-    const T* b = reinterpret_cast<const T*>(&bias_packed);
-    uint4 result;
-    T* r = reinterpret_cast<T*>(&result);
+  for (long long row = blockIdx.y; row < rows_total; row += gridDim.y) {
+    const long long z = row / p.rows, i = row - z * p.rows;
+    const T* x_row = static_cast<const T*>(p.x) + z * p.x_bs + i * p.x_rs;
+    T* out_row = static_cast<T*>(p.out) + z * p.o_bs + i * p.o_rs;
+    for (long long vj = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
+         vj < vectors_per_row; vj += static_cast<long long>(gridDim.x) * blockDim.x) {
+      const uint4 packed = *reinterpret_cast<const uint4*>(x_row + vj * kVec);
+      const T* in = reinterpret_cast<const T*>(&packed);
+      uint4 bias_packed{};
+      if (p.has_bias) bias_packed = *reinterpret_cast<const uint4*>(bias + vj * kVec);
+      const T* b = reinterpret_cast<const T*>(&bias_packed);
+      uint4 result;
+      T* r = reinterpret_cast<T*>(&result);
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) {
-      float v = to_float(in[e]);
-      if (p.has_bias) v += to_float(b[e]);
-      r[e] = from_float<T>(activate(p.act, v));
+      for (int e = 0; e < kVec; ++e) {
+        float v = to_float(in[e]);
+        if (p.has_bias) v += to_float(b[e]);
+        r[e] = from_float<T>(activate(p.act, v));
+      }
+      *reinterpret_cast<uint4*>(out_row + vj * kVec) = result;
     }
-    *reinterpret_cast<uint4*>(static_cast<T*>(p.out) + z * p.o_bs + i * p.o_rs + vj * kVec) =
-        result;
   }
 }
 
@@ -78,20 +79,45 @@ struct CopyParams {
   long long s_bs, s_rs, s_cs, d_bs, d_rs, d_cs;
 };
 
+// 2-D grid like the vectorised kernel; each thread moves kChunk consecutive
+// elements of a row, stored as one 16-byte vector when the destination allows.
 template <typename T>
-__global__ void copy_matrix_kernel(CopyParams p) {
-  const long long total = p.batch * p.dst_rows * p.dst_cols;
+__global__ void copy_matrix_kernel(CopyParams p, bool vector_store) {
+  constexpr int kChunk = 16 / sizeof(T);
+  const long long rows_total = p.batch * p.dst_rows;
   const T* src = static_cast<const T*>(p.src);
   T* dst = static_cast<T*>(p.dst);
-  for (long long idx = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const long long j = idx % p.dst_cols;
-    const long long i = (idx / p.dst_cols) % p.dst_rows;
-    const long long z = idx / (p.dst_cols * p.dst_rows);
-    const T value = (i < p.src_rows && j < p.src_cols) ? src[z * p.s_bs + i * p.s_rs + j * p.s_cs]
-                                                       : from_float<T>(0.0f);
-    dst[z * p.d_bs + i * p.d_rs + j * p.d_cs] = value;
+  const long long chunks = (p.dst_cols + kChunk - 1) / kChunk;
+  for (long long row = blockIdx.y; row < rows_total; row += gridDim.y) {
+    const long long z = row / p.dst_rows, i = row - z * p.dst_rows;
+    const bool row_inside = i < p.src_rows;
+    const T* src_row = src + z * p.s_bs + i * p.s_rs;
+    T* dst_row = dst + z * p.d_bs + i * p.d_rs;
+    for (long long c = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; c < chunks;
+         c += static_cast<long long>(gridDim.x) * blockDim.x) {
+      const long long j0 = c * kChunk;
+      T values[kChunk];
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) {
+        const long long j = j0 + e;
+        values[e] = (row_inside && j < p.src_cols) ? src_row[j * p.s_cs] : from_float<T>(0.0f);
+      }
+      if (vector_store && j0 + kChunk <= p.dst_cols) {
+        *reinterpret_cast<uint4*>(dst_row + j0) = *reinterpret_cast<const uint4*>(values);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e)
+          if (j0 + e < p.dst_cols) dst_row[(j0 + e) * p.d_cs] = values[e];
+      }
+    }
   }
+}
+
+dim3 grid_2d(long long rows_total, long long per_row_items, int threads) {
+  const long long x = std::min<long long>((per_row_items + threads - 1) / threads, 64);
+  const long long y = std::min<long long>(rows_total, 65535);
+  return dim3(static_cast<unsigned>(std::max<long long>(1, x)),
+              static_cast<unsigned>(std::max<long long>(1, y)));
 }
 
 bool aligned16(const void* pointer) {
@@ -101,15 +127,18 @@ bool aligned16(const void* pointer) {
 template <typename T>
 void launch_typed(const ElementwiseParams& p, bool vectorise, cudaStream_t stream) {
   constexpr int kThreads = 256;
+  if (vectorise) {
+    const long long vectors = p.cols / (16 / static_cast<long long>(sizeof(T)));
+    elementwise_vectorised<T>
+        <<<grid_2d(p.batch * p.rows, vectors, kThreads), kThreads, 0, stream>>>(p);
+    return;
+  }
   const long long work =
       vectorise ? p.batch * p.rows * (p.cols / (16 / sizeof(T))) : p.batch * p.rows * p.cols;
   // Enough blocks to fill the chip several times; the loops stride over the rest.
   const unsigned blocks = static_cast<unsigned>(
       std::max<long long>(1, std::min<long long>((work + kThreads - 1) / kThreads, 132LL * 16)));
-  if (vectorise)
-    elementwise_vectorised<T><<<blocks, kThreads, 0, stream>>>(p);
-  else
-    elementwise_strided<T><<<blocks, kThreads, 0, stream>>>(p);
+  elementwise_strided<T><<<blocks, kThreads, 0, stream>>>(p);
 }
 
 }  // namespace
@@ -120,19 +149,20 @@ void launch_copy_matrix(DType dtype, const MatrixView& src, const void* src_data
                      src.cols,       dst.rows,       dst.cols,         src.batch_stride,
                      src.row_stride, src.col_stride, dst.batch_stride, dst.row_stride,
                      dst.col_stride};
-  constexpr int kThreads = 256;
-  const long long work = dst.batch * dst.rows * dst.cols;
-  const unsigned blocks = static_cast<unsigned>(
-      std::max<long long>(1, std::min<long long>((work + kThreads - 1) / kThreads, 132LL * 32)));
+  constexpr int kThreads = 128;
+  const long long chunk = 16 / static_cast<long long>(dtype_size(dtype));
+  const bool vector_store = dst.col_stride == 1 && dst.row_stride % chunk == 0 &&
+                            dst.batch_stride % chunk == 0 && aligned16(dst_data);
+  const dim3 grid = grid_2d(dst.batch * dst.rows, (dst.cols + chunk - 1) / chunk, kThreads);
   switch (dtype) {
     case DType::F16:
-      copy_matrix_kernel<__half><<<blocks, kThreads, 0, stream>>>(p);
+      copy_matrix_kernel<__half><<<grid, kThreads, 0, stream>>>(p, vector_store);
       break;
     case DType::BF16:
-      copy_matrix_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(p);
+      copy_matrix_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p, vector_store);
       break;
     case DType::F32:
-      copy_matrix_kernel<float><<<blocks, kThreads, 0, stream>>>(p);
+      copy_matrix_kernel<float><<<grid, kThreads, 0, stream>>>(p, vector_store);
       break;
   }
   GE2_CUDA_CHECK(cudaGetLastError());

@@ -54,6 +54,7 @@ class LtMatmul {
   KernelId kernel_;
   MatmulDesc desc_;
   MatrixLayout layout_first_, layout_second_, layout_c_, layout_d_;
+  const void* bound_bias_ = nullptr;  // the descriptor's bias pointer, set when it changes
   bool separate_activation_ = false;
   const char* epilogue_name_ = "CUBLASLT_EPILOGUE_DEFAULT";
 };

@@ -1,0 +1,259 @@
+// ge_tune: prebuilds and manages ge2's tuning database.
+//
+//   ge_tune tune   --db FILE [--shape MxNxK[xB]]... [--shapes-file F] [--preset
+//   ffn:HIDDEN[:TOKENS]]
+//                  [--dtype f16|bf16|f32] [--act none|relu|gelu|gelu_tanh] [--no-bias]
+//   ge_tune check  --db FILE --shape ...   (compile in cached mode: which algorithm each shape
+//   gets) ge_tune list   --db FILE [--kernel K] [--device TEXT] ge_tune export --db FILE --out
+//   FILE.jsonl ge_tune import --db FILE --in FILE.jsonl ge_tune prune  --db FILE --keep-device TEXT
+//   --keep-cublaslt N ge_tune info   --db FILE
+//
+// Exit codes: 0 success, 1 runtime failure (device, database), 2 bad arguments.
+#include <fmt/format.h>
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+
+#include "core/error.hpp"
+#include "ge_v2_api.h"
+#include "tunedb/tunedb.hpp"
+
+namespace {
+
+struct Shape {
+  std::int64_t m, n, k, batch;
+};
+
+Shape parse_shape(const std::string& text) {
+  static const std::regex pattern(R"((\d+)x(\d+)x(\d+)(?:x(\d+))?)");
+  std::smatch match;
+  if (!std::regex_match(text, match, pattern))
+    throw CLI::ValidationError("--shape", fmt::format("'{}' is not MxNxK or MxNxKxB", text));
+  Shape s{std::stoll(match[1]), std::stoll(match[2]), std::stoll(match[3]),
+          match[4].matched ? std::stoll(match[4]) : 1};
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0)
+    throw CLI::ValidationError("--shape", fmt::format("'{}' has a zero size", text));
+  return s;
+}
+
+// Transformer feed-forward shapes for a hidden size: up- and down-projection
+// (4x expansion) at a token count.
+std::vector<Shape> preset_shapes(const std::string& preset) {
+  static const std::regex pattern(R"(ffn:(\d+)(?::(\d+))?)");
+  std::smatch match;
+  if (!std::regex_match(preset, match, pattern))
+    throw CLI::ValidationError("--preset", fmt::format("'{}' is not ffn:HIDDEN[:TOKENS]", preset));
+  const std::int64_t hidden = std::stoll(match[1]);
+  const std::int64_t tokens = match[2].matched ? std::stoll(match[2]) : 16384;
+  return {{tokens, 4 * hidden, hidden, 1}, {tokens, hidden, 4 * hidden, 1}};
+}
+
+[[noreturn]] void die(const char* what, ge2_status_t status) {
+  throw std::runtime_error(
+      fmt::format("{}: {}: {}", what, ge2_status_string(status), ge2_last_error()));
+}
+#define TRY(call)                     \
+  do {                                \
+    const ge2_status_t s_ = (call);   \
+    if (s_ != GE2_OK) die(#call, s_); \
+  } while (0)
+
+ge2_context_t* open_context(ge2_tune_mode_t mode, const std::string& db) {
+  ge2_context_options_t options;
+  TRY(ge2_context_options_init(&options));
+  options.device = GE2_DEVICE_CUDA;
+  options.tune_mode = mode;
+  options.tunedb_path = db.c_str();
+  ge2_context_t* context = nullptr;
+  TRY(ge2_context_create(GE2_API_VERSION, &options, &context));
+  return context;
+}
+
+// Compiles a one-node GEMM(+bias+act) plan; in tune mode that tunes the problem.
+nlohmann::json compile_shape(ge2_context_t* context, const Shape& s, ge2_dtype_t dtype,
+                             ge2_activation_t act, bool bias) {
+  ge2_graph_t* graph = nullptr;
+  TRY(ge2_graph_create(&graph));
+  ge2_tensor_desc_t da{dtype, s.batch > 1 ? 3 : 2, {}, {}}, db{dtype, s.batch > 1 ? 3 : 2, {}, {}},
+      dbias{dtype, 1, {s.n}, {}};
+  const int r = s.batch > 1 ? 1 : 0;
+  if (r) da.shape[0] = db.shape[0] = s.batch;
+  da.shape[r] = s.m, da.shape[r + 1] = s.k;
+  db.shape[r] = s.k, db.shape[r + 1] = s.n;
+  ge2_value_t a, b, vb = GE2_NO_VALUE, d;
+  TRY(ge2_graph_add_input(graph, "a", &da, &a));
+  TRY(ge2_graph_add_input(graph, "b", &db, &b));
+  if (bias) TRY(ge2_graph_add_input(graph, "bias", &dbias, &vb));
+  TRY(ge2_graph_add_gemm_bias_act(graph, a, b, vb, nullptr, act, &d));
+  TRY(ge2_graph_mark_output(graph, d, "d", nullptr));
+  ge2_plan_t* plan = nullptr;
+  const ge2_status_t status = ge2_plan_compile(context, graph, nullptr, &plan);
+  ge2_graph_destroy(graph);
+  if (status != GE2_OK) die("ge2_plan_compile", status);
+  const char* text = nullptr;
+  TRY(ge2_plan_describe(plan, &text));
+  nlohmann::json step = nlohmann::json::parse(text)["steps"][0];
+  ge2_plan_destroy(plan);
+  return step;
+}
+
+std::string format_eta(double seconds) {
+  const int s = static_cast<int>(seconds + 0.5);
+  return fmt::format("{}:{:02d}", s / 60, s % 60);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ge_tune: prebuild and manage the ge2 tuning database"};
+  app.require_subcommand(1);
+  std::string db;
+  std::vector<std::string> shape_texts, presets;
+  std::string shapes_file, dtype_text = "f16", act_text = "relu", kernel_filter, device_filter,
+                           file, keep_device;
+  bool no_bias = false;
+  std::int64_t keep_cublaslt = -1;
+
+  auto add_problem_options = [&](CLI::App* sub) {
+    sub->add_option("--shape", shape_texts, "MxNxK or MxNxKxB (repeatable)");
+    sub->add_option("--shapes-file", shapes_file, "file with one shape per line")
+        ->check(CLI::ExistingFile);
+    sub->add_option("--preset", presets, "ffn:HIDDEN[:TOKENS] (transformer feed-forward shapes)");
+    sub->add_option("--dtype", dtype_text, "f16, bf16 or f32")
+        ->check(CLI::IsMember({"f16", "bf16", "f32"}));
+    sub->add_option("--act", act_text, "none, relu, gelu (erf) or gelu_tanh")
+        ->check(CLI::IsMember({"none", "relu", "gelu", "gelu_tanh"}));
+    sub->add_flag("--no-bias", no_bias, "tune the GEMM without a bias");
+  };
+  auto* tune = app.add_subcommand("tune", "tune shapes and store the winners");
+  auto* check = app.add_subcommand(
+      "check", "show which algorithm each shape gets from the database (cached mode)");
+  for (auto* sub : {tune, check}) add_problem_options(sub);
+  auto* list = app.add_subcommand("list", "list stored entries");
+  list->add_option("--kernel", kernel_filter, "only this kernel (lt_f16, ...)");
+  list->add_option("--device", device_filter, "only devices whose key contains this text");
+  auto* export_cmd = app.add_subcommand("export", "write entries as JSON Lines");
+  export_cmd->add_option("--out", file, "output file")->required();
+  auto* import_cmd =
+      app.add_subcommand("import", "read entries from JSON Lines (the faster measurement wins)");
+  import_cmd->add_option("--in", file, "input file")->required()->check(CLI::ExistingFile);
+  auto* prune = app.add_subcommand("prune", "delete entries of other devices or cuBLASLt versions");
+  prune->add_option("--keep-device", keep_device, "device key to keep (see list)")->required();
+  prune->add_option("--keep-cublaslt", keep_cublaslt, "cuBLASLt version to keep")->required();
+  auto* info = app.add_subcommand("info", "database path, schema version and counts");
+  for (auto* sub : {tune, check, list, export_cmd, import_cmd, prune, info})
+    sub->add_option("--db", db,
+                    "database file (default: $GE2_TUNEDB or ~/.cache/ge2/tunedb.sqlite)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    const int code = app.exit(error);
+    return code == 0 ? 0 : 2;  // --help is success; every other parse error is a usage error
+  }
+
+  if (db.empty()) {
+    if (const char* env = std::getenv("GE2_TUNEDB"); env && *env)
+      db = env;
+    else if (const char* home = std::getenv("HOME"))
+      db = std::string(home) + "/.cache/ge2/tunedb.sqlite";
+  }
+  try {
+    if (tune->parsed() || check->parsed()) {
+      std::vector<Shape> shapes;
+      for (const auto& t : shape_texts) shapes.push_back(parse_shape(t));
+      for (const auto& p : presets)
+        for (const auto& s : preset_shapes(p)) shapes.push_back(s);
+      if (!shapes_file.empty()) {
+        std::ifstream in(shapes_file);
+        for (std::string line; std::getline(in, line);)
+          if (!line.empty() && line[0] != '#') shapes.push_back(parse_shape(line));
+      }
+      if (shapes.empty())
+        throw CLI::ValidationError("--shape",
+                                   "no shapes given (--shape, --shapes-file or --preset)");
+      const ge2_dtype_t dtype = dtype_text == "f16"    ? GE2_DTYPE_F16
+                                : dtype_text == "bf16" ? GE2_DTYPE_BF16
+                                                       : GE2_DTYPE_F32;
+      const ge2_activation_t act = act_text == "none"   ? GE2_ACT_NONE
+                                   : act_text == "relu" ? GE2_ACT_RELU
+                                   : act_text == "gelu" ? GE2_ACT_GELU_ERF
+                                                        : GE2_ACT_GELU_TANH;
+      ge2_context_t* context = open_context(tune->parsed() ? GE2_TUNE_TUNE : GE2_TUNE_CACHED, db);
+      const bool terminal = isatty(STDERR_FILENO);
+      const auto begin = std::chrono::steady_clock::now();
+      for (std::size_t i = 0; i < shapes.size(); ++i) {
+        const Shape& s = shapes[i];
+        const auto t0 = std::chrono::steady_clock::now();
+        const nlohmann::json step = compile_shape(context, s, dtype, act, !no_bias);
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double elapsed =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+        const double eta =
+            elapsed / static_cast<double>(i + 1) * static_cast<double>(shapes.size() - i - 1);
+        const auto& kernel = step["kernel"];
+        fmt::print("{}x{}x{}x{} {} {}: {} [{}] compile {:.3f} s\n", s.batch, s.m, s.n, s.k,
+                   dtype_text, act_text, kernel.value("name", "?"),
+                   kernel.value("algo_source", "-"), seconds);
+        if (terminal)
+          fmt::print(stderr, "\r[{}/{}] elapsed {} eta {}   ", i + 1, shapes.size(),
+                     format_eta(elapsed), format_eta(eta));
+      }
+      if (terminal) fmt::print(stderr, "\n");
+      ge2_context_destroy(context);
+      return 0;
+    }
+    const ge2::TuneDb::Mode mode = (import_cmd->parsed() || prune->parsed())
+                                       ? ge2::TuneDb::Mode::ReadWrite
+                                       : ge2::TuneDb::Mode::ReadOnly;
+    ge2::TuneDb database(db, mode);
+    if (list->parsed()) {
+      ge2::TuneDb::Filter filter{device_filter, kernel_filter, std::nullopt};
+      fmt::print("{:<34} {:<8} {:<44} {:>22} {:>10} {:>10} {:>8}\n", "device", "kernel",
+                 "signature", "BxMxNxK", "time us", "heur. us", "TFLOP/s");
+      for (const auto& r : database.list(filter))
+        fmt::print("{:<34} {:<8} {:<44} {:>22} {:>10.1f} {:>10.1f} {:>8.1f}\n", r.key.device,
+                   r.key.kernel, r.key.signature,
+                   fmt::format("{}x{}x{}x{}", r.key.batch, r.key.m, r.key.n, r.key.k), r.time_us,
+                   r.heuristic_time_us, r.gflops / 1e3);
+    } else if (export_cmd->parsed()) {
+      std::ofstream out(file);
+      if (!out) throw std::runtime_error(fmt::format("cannot write '{}'", file));
+      int count = 0;
+      for (const auto& r : database.list()) {
+        out << r.to_json().dump() << "\n";
+        ++count;
+      }
+      fmt::print("exported {} entries to {}\n", count, file);
+    } else if (import_cmd->parsed()) {
+      std::ifstream in(file);
+      int line_number = 0, changed = 0, total = 0;
+      for (std::string line; std::getline(in, line);) {
+        ++line_number;
+        if (line.empty()) continue;
+        const auto j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_discarded())
+          throw std::runtime_error(fmt::format("{}:{}: not JSON", file, line_number));
+        changed += database.upsert(ge2::TuneRecord::from_json(j)) ? 1 : 0;
+        ++total;
+      }
+      fmt::print("imported {} entries from {} ({} stored or improved)\n", total, file, changed);
+    } else if (prune->parsed()) {
+      fmt::print("removed {} entries\n", database.prune(keep_device, keep_cublaslt));
+    } else if (info->parsed()) {
+      fmt::print("database: {}\nschema version: {}\nentries: {}\n", database.path(),
+                 database.schema_version(), database.count());
+    }
+    return 0;
+  } catch (const CLI::Error& error) {
+    app.exit(error);
+    return 2;
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "ge_tune: {}\n", error.what());
+    return 1;
+  }
+}
