@@ -126,3 +126,22 @@ TEST_CASE(
   CHECK(padded.m == 4095);
   CHECK(is_tensor_core_aligned(padded));
 }
+
+TEST_CASE(
+    "selector: measured on the H200, small K and tiny shapes stay on lt_f16; cuda_f32 only where "
+    "cuBLASLt cannot run") {
+  // bench/results/2026-12-02-h200: 4096x4096x8 lt_f16 30.6 us vs cuda_f32 86.9 us;
+  // 8192x1024x4 21.4 vs 51.5; 100x36x20 13.9 vs 18.6; 32x32x32 15.4 vs 16.5.
+  const DeviceInfo h200 = synthetic_h200();
+  for (auto [m, n, k] :
+       {std::array<std::int64_t, 3>{4096, 4096, 8}, {8192, 1024, 4}, {100, 36, 20}, {32, 32, 32}}) {
+    CAPTURE(m);
+    CAPTURE(n);
+    CAPTURE(k);
+    CHECK(select_gemm_kernel(problem(DType::F16, m, n, k), h200, {}).kernel == KernelId::LtF16);
+  }
+  DeviceInfo old_gpu = h200;
+  old_gpu.cc_major = 6;  // no tensor-core f16 path
+  CHECK(select_gemm_kernel(problem(DType::F16, 512, 512, 512), old_gpu, {}).kernel ==
+        KernelId::CudaF32);
+}

@@ -22,30 +22,32 @@ DeviceInfo synthetic_h200() {
 
 namespace {
 
-// Throughput model per kernel on a 132-SM Hopper part, scaled by SM count on
-// others. The numbers are the medians bench/bench_gemm measured on the H200
-// (docs/selector.md); they only need to rank kernels, not predict to the µs.
+// Cost model per kernel on a 132-SM Hopper part, scaled by SM count on others.
+// Fitted to bench_gemm on the H200 (bench/results/2026-12-02-h200, docs/selector.md):
+// peak rates from the large aligned shapes, fixed cost and effective bandwidth
+// from the small-K and tiny shapes. It only has to rank kernels.
 struct KernelModel {
-  double peak_tflops;  // large aligned problems
-  double launch_us;    // fixed cost of one launch as seen from the stream
-  int tile_m, tile_n;  // output tile of one thread block
+  double peak_tflops;         // large aligned problems
+  double launch_us;           // fixed cost of one step, as an event-timed execute sees it
+  double bandwidth_fraction;  // of nominal device bandwidth, on memory-bound shapes
+  int tile_m, tile_n;         // output tile of one thread block
 };
 
 KernelModel model_of(KernelId id) {
   switch (id) {
     case KernelId::LtF16:
     case KernelId::LtBf16:
-      return {700.0, 4.0, 128, 128};
+      return {740.0, 12.0, 0.45, 128, 128};
     case KernelId::LtTf32:
-      return {350.0, 4.0, 128, 128};
+      return {400.0, 12.0, 0.45, 128, 128};
     case KernelId::LtF32:
-      return {50.0, 4.0, 128, 64};
+      return {50.0, 12.0, 0.45, 128, 64};
     case KernelId::CudaF32:
-      return {18.0, 3.0, 64, 64};
+      return {13.0, 14.0, 0.10, 64, 64};
     case KernelId::CpuRef:
-      return {0.01, 1.0, 1, 1};
+      return {0.01, 1.0, 1.0, 1, 1};
   }
-  return {1.0, 1.0, 1, 1};
+  return {1.0, 1.0, 1.0, 1, 1};
 }
 
 // Unaligned leading dimensions push cuBLASLt's 16-bit paths onto old kernels:
@@ -104,7 +106,7 @@ double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& devi
   const double edge = static_cast<double>(p.m) * p.n * p.batch / (tiles * tile_area);
   const double compute_us = p.flops() / (peak * 1e6 * fill * edge);
   const double bandwidth = device.memory_bandwidth_gbs > 0 ? device.memory_bandwidth_gbs : 100.0;
-  const double memory_us = p.min_bytes() / (bandwidth * 1e3 * 0.8);
+  const double memory_us = p.min_bytes() / (bandwidth * 1e3 * model.bandwidth_fraction);
   double total = model.launch_us + std::max(compute_us, memory_us);
   if (is_cublaslt_kernel(kernel) && p.act == Activation::GeluErf) {
     // cuBLASLt's GELU epilogue is the tanh form: erf GELU costs one more pass over D.

@@ -79,36 +79,43 @@ struct CopyParams {
   long long s_bs, s_rs, s_cs, d_bs, d_rs, d_cs;
 };
 
-// 2-D grid like the vectorised kernel; each thread moves kChunk consecutive
-// elements of a row, stored as one 16-byte vector when the destination allows.
-template <typename T>
-__global__ void copy_matrix_kernel(CopyParams p, bool vector_store) {
+// 2-D grid: y strides over rows, x over row segments of kThreads * kChunk
+// elements. A segment is read with consecutive threads on consecutive elements
+// (coalesced whatever the row's alignment), transposed through shared memory,
+// and written as one 16-byte vector per thread when the destination allows.
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads) copy_matrix_kernel(CopyParams p, bool vector_store) {
   constexpr int kChunk = 16 / sizeof(T);
+  constexpr int kSegment = kThreads * kChunk;
+  __shared__ alignas(16) T segment[kSegment];
   const long long rows_total = p.batch * p.dst_rows;
   const T* src = static_cast<const T*>(p.src);
   T* dst = static_cast<T*>(p.dst);
-  const long long chunks = (p.dst_cols + kChunk - 1) / kChunk;
+  const long long segments = (p.dst_cols + kSegment - 1) / kSegment;
   for (long long row = blockIdx.y; row < rows_total; row += gridDim.y) {
     const long long z = row / p.dst_rows, i = row - z * p.dst_rows;
     const bool row_inside = i < p.src_rows;
     const T* src_row = src + z * p.s_bs + i * p.s_rs;
     T* dst_row = dst + z * p.d_bs + i * p.d_rs;
-    for (long long c = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; c < chunks;
-         c += static_cast<long long>(gridDim.x) * blockDim.x) {
-      const long long j0 = c * kChunk;
-      T values[kChunk];
+    for (long long seg = blockIdx.x; seg < segments; seg += gridDim.x) {
+      const long long base = seg * kSegment;
 #pragma unroll
       for (int e = 0; e < kChunk; ++e) {
-        const long long j = j0 + e;
-        values[e] = (row_inside && j < p.src_cols) ? src_row[j * p.s_cs] : from_float<T>(0.0f);
+        const int local = e * kThreads + static_cast<int>(threadIdx.x);
+        const long long j = base + local;
+        segment[local] = (row_inside && j < p.src_cols) ? src_row[j * p.s_cs] : from_float<T>(0.0f);
       }
+      __syncthreads();
+      const long long j0 = base + static_cast<long long>(threadIdx.x) * kChunk;
+      const T* mine = segment + threadIdx.x * kChunk;
       if (vector_store && j0 + kChunk <= p.dst_cols) {
-        *reinterpret_cast<uint4*>(dst_row + j0) = *reinterpret_cast<const uint4*>(values);
+        *reinterpret_cast<uint4*>(dst_row + j0) = *reinterpret_cast<const uint4*>(mine);
       } else {
 #pragma unroll
         for (int e = 0; e < kChunk; ++e)
-          if (j0 + e < p.dst_cols) dst_row[(j0 + e) * p.d_cs] = values[e];
+          if (j0 + e < p.dst_cols) dst_row[(j0 + e) * p.d_cs] = mine[e];
       }
+      __syncthreads();
     }
   }
 }
@@ -153,16 +160,17 @@ void launch_copy_matrix(DType dtype, const MatrixView& src, const void* src_data
   const long long chunk = 16 / static_cast<long long>(dtype_size(dtype));
   const bool vector_store = dst.col_stride == 1 && dst.row_stride % chunk == 0 &&
                             dst.batch_stride % chunk == 0 && aligned16(dst_data);
+  // x counts row segments of kThreads * chunk elements (one per block).
   const dim3 grid = grid_2d(dst.batch * dst.rows, (dst.cols + chunk - 1) / chunk, kThreads);
   switch (dtype) {
     case DType::F16:
-      copy_matrix_kernel<__half><<<grid, kThreads, 0, stream>>>(p, vector_store);
+      copy_matrix_kernel<__half, kThreads><<<grid, kThreads, 0, stream>>>(p, vector_store);
       break;
     case DType::BF16:
-      copy_matrix_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p, vector_store);
+      copy_matrix_kernel<__nv_bfloat16, kThreads><<<grid, kThreads, 0, stream>>>(p, vector_store);
       break;
     case DType::F32:
-      copy_matrix_kernel<float><<<grid, kThreads, 0, stream>>>(p, vector_store);
+      copy_matrix_kernel<float, kThreads><<<grid, kThreads, 0, stream>>>(p, vector_store);
       break;
   }
   GE2_CUDA_CHECK(cudaGetLastError());
