@@ -31,43 +31,17 @@ std::uint32_t pointer_alignment(const void* p) {
   return alignment;
 }
 
-// The rows [row0, row0 + rows) of a problem: pointers move by whole rows, so a
-// chunk is an ordinary problem over the same memory.
-GemmProblem row_chunk(const GemmProblem& p, std::int64_t rows) {
-  GemmProblem c = p;
-  c.m = rows;
-  if (p.trans_a)
-    c.a.cols = rows;
-  else
-    c.a.rows = rows;
-  c.d.rows = rows;
-  if (p.has_c) c.c.rows = rows;
-  return c;
-}
-
 class LtGemmStep final : public Step {
  public:
   LtGemmStep(cublasLtHandle_t handle, const GemmProblem& problem, KernelId kernel,
              const GemmSlots& slots, AlgoChooser& chooser)
       : matmul_(handle, problem, kernel), slots_(slots), chooser_(chooser) {
     choice_ = chooser.choose(matmul_);
-    if (!matmul_.needs_separate_activation()) return;
-    activation_.x = TensorType::dense(problem.dtype, 3, {problem.batch, problem.m, problem.n});
-    activation_.x.strides = {problem.d.batch_stride, problem.d.row_stride, problem.d.col_stride};
-    activation_.out = activation_.x;
-    activation_.act = problem.act;
-    // The erf-GELU pass re-reads D. For a large D, run the GEMM in row chunks
-    // and activate each chunk right after it is written, while it is still in L2.
-    const std::int64_t row_bytes = problem.n * static_cast<std::int64_t>(dtype_size(problem.dtype));
-    const std::int64_t chunk_rows = std::max<std::int64_t>(64, kL2ChunkBytes / row_bytes / 64 * 64);
-    if (problem.batch == 1 && problem.m >= 2 * chunk_rows) {
-      chunk_rows_ = chunk_rows;
-      chunk_ = std::make_unique<LtMatmul>(handle, row_chunk(problem, chunk_rows), kernel);
-      chunk_choice_ = chooser.choose(*chunk_);
-      if (const std::int64_t tail = problem.m % chunk_rows; tail != 0) {
-        tail_ = std::make_unique<LtMatmul>(handle, row_chunk(problem, tail), kernel);
-        tail_choice_ = chooser.choose(*tail_);
-      }
+    if (matmul_.needs_separate_activation()) {
+      activation_.x = TensorType::dense(problem.dtype, 3, {problem.batch, problem.m, problem.n});
+      activation_.x.strides = {problem.d.batch_stride, problem.d.row_stride, problem.d.col_stride};
+      activation_.out = activation_.x;
+      activation_.act = problem.act;
     }
   }
 
@@ -77,55 +51,22 @@ class LtGemmStep final : public Step {
                               slot_pointer(s, slots_.d)};
     const auto stream = static_cast<cudaStream_t>(s.stream);
     const AlgoChoice& choice = choice_for(pointers);
-    if (chunk_ && &choice == &choice_) {
-      run_chunked(pointers, s, stream);
-      return;
-    }
     matmul_.run(choice.algo, pointers, s.workspace, s.workspace_bytes, stream);
     if (matmul_.needs_separate_activation())
       launch_elementwise(activation_, pointers.d, nullptr, pointers.d, stream);
   }
 
   nlohmann::json describe() const override {
-    nlohmann::json j{{"name", kernel_name(matmul_.kernel())},
-                     {"epilogue", matmul_.epilogue_name()},
-                     {"separate_activation_kernel", matmul_.needs_separate_activation()},
-                     {"algo", choice_.config.to_json()},
-                     {"algo_source", choice_.source},
-                     {"workspace_bytes", choice_.workspace_bytes},
-                     {"transpose_trick", "D^T = op(B)^T * op(A)^T, column-major"}};
-    if (chunk_)
-      j["l2_chunked_activation"] =
-          fmt::format("GEMM and erf-GELU in row chunks of {}", chunk_rows_);
-    return j;
+    return {{"name", kernel_name(matmul_.kernel())},
+            {"epilogue", matmul_.epilogue_name()},
+            {"separate_activation_kernel", matmul_.needs_separate_activation()},
+            {"algo", choice_.config.to_json()},
+            {"algo_source", choice_.source},
+            {"workspace_bytes", choice_.workspace_bytes},
+            {"transpose_trick", "D^T = op(B)^T * op(A)^T, column-major"}};
   }
 
  private:
-  static constexpr std::int64_t kL2ChunkBytes = std::int64_t{24} << 20;
-
-  void run_chunked(const LtPointers& p, const ExecState& s, cudaStream_t stream) {
-    const GemmProblem& whole = matmul_.problem();
-    const std::size_t e = dtype_size(whole.dtype);
-    const std::int64_t a_row = whole.trans_a ? whole.a.col_stride : whole.a.row_stride;
-    for (std::int64_t row0 = 0; row0 < whole.m; row0 += chunk_rows_) {
-      const std::int64_t rows = std::min(chunk_rows_, whole.m - row0);
-      LtMatmul& matmul = rows == chunk_rows_ ? *chunk_ : *tail_;
-      const AlgoChoice& choice = rows == chunk_rows_ ? chunk_choice_ : tail_choice_;
-      auto shift = [&](const void* base, std::int64_t stride) {
-        return base == nullptr
-                   ? nullptr
-                   : static_cast<const char*>(base) + row0 * stride * static_cast<std::int64_t>(e);
-      };
-      LtPointers chunk{shift(p.a, a_row), p.b, shift(p.c, whole.c.row_stride), p.bias,
-                       const_cast<char*>(shift(p.d, whole.d.row_stride))};
-      matmul.run(choice.algo, chunk, s.workspace, s.workspace_bytes, stream);
-      ElementwiseProblem activation = activation_;
-      activation.x.shape[1] = rows;
-      activation.out = activation.x;
-      launch_elementwise(activation, chunk.d, nullptr, chunk.d, stream);
-    }
-  }
-
   // The compiled algorithm assumes 16-byte-aligned pointers (cudaMalloc gives
   // 256). Views at odd offsets get an algorithm chosen for their alignment once.
   const AlgoChoice& choice_for(const LtPointers& p) {
@@ -145,9 +86,6 @@ class LtGemmStep final : public Step {
   AlgoChooser& chooser_;
   AlgoChoice choice_;
   ElementwiseProblem activation_;
-  std::int64_t chunk_rows_ = 0;
-  std::unique_ptr<LtMatmul> chunk_, tail_;
-  AlgoChoice chunk_choice_, tail_choice_;
   std::mutex unaligned_mutex_;
   std::map<std::uint32_t, std::unique_ptr<AlgoChoice>> unaligned_choices_;
 };
