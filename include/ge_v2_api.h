@@ -26,6 +26,11 @@
 **     library can grow them without breaking callers compiled against an older
 **     header. Always fill them with the matching *_init function first.
 **
+** Enumerations end in a *_MAX_ENUM member that is not a valid value: it
+** keeps every enum 32 bits wide in C and C++ alike, so that an out-of-range
+** value passed from C is rejected with GE2_ERROR_INVALID_ARGUMENT rather than
+** being undefined behaviour in the library.
+**
 ** Thread safety: contexts, graphs and plans may be used from several threads.
 ** A context and a plan lock internally; a graph must not be modified by two
 ** threads at once (the library detects this and returns
@@ -79,7 +84,8 @@ typedef enum ge2_status {
   GE2_ERROR_OUT_OF_MEMORY = 7,    /* host or device allocation failed */
   GE2_ERROR_TUNEDB = 8,           /* the tuning database could not be opened, read or written */
   GE2_ERROR_VERSION_MISMATCH = 9, /* caller and library disagree on GE2_API_VERSION */
-  GE2_ERROR_INTERNAL = 10         /* a bug in ge2; please report the message */
+  GE2_ERROR_INTERNAL = 10,         /* a bug in ge2; please report the message */
+  GE2_STATUS_MAX_ENUM = 0x7fffffff /* not a value: keeps the enum 32 bits wide */
 } ge2_status_t;
 
 /*
@@ -116,7 +122,8 @@ GE2_API const char* ge2_get_version_string(void);
 typedef enum ge2_dtype {
   GE2_DTYPE_F16 = 1,  /* IEEE binary16 */
   GE2_DTYPE_BF16 = 2, /* bfloat16 */
-  GE2_DTYPE_F32 = 3   /* IEEE binary32 */
+  GE2_DTYPE_F32 = 3,   /* IEEE binary32 */
+  GE2_DTYPE_MAX_ENUM = 0x7fffffff /* not a value: keeps the enum 32 bits wide */
 } ge2_dtype_t;
 
 /* Activations. The numeric codes follow the original roadmap (2 = erf GELU). */
@@ -124,21 +131,24 @@ typedef enum ge2_activation {
   GE2_ACT_NONE = 0,
   GE2_ACT_RELU = 1,     /* max(x, 0) */
   GE2_ACT_GELU_ERF = 2, /* x * 0.5 * (1 + erf(x / sqrt(2))) */
-  GE2_ACT_GELU_TANH = 3 /* x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) */
+  GE2_ACT_GELU_TANH = 3, /* x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) */
+  GE2_ACT_MAX_ENUM = 0x7fffffff /* not a value: keeps the enum 32 bits wide */
 } ge2_activation_t;
 
 /* Which backend a context runs on. */
 typedef enum ge2_device_kind {
   GE2_DEVICE_AUTO = 0, /* CUDA when a usable device exists, else the CPU backend */
   GE2_DEVICE_CUDA = 1, /* CUDA only; GE2_ERROR_NO_DEVICE if there is none */
-  GE2_DEVICE_CPU = 2   /* the CPU reference backend */
+  GE2_DEVICE_CPU = 2,   /* the CPU reference backend */
+  GE2_DEVICE_MAX_ENUM = 0x7fffffff /* not a value: keeps the enum 32 bits wide */
 } ge2_device_kind_t;
 
 /* How a context uses autotuning (CUDA only; ignored on the CPU backend). */
 typedef enum ge2_tune_mode {
   GE2_TUNE_OFF = 0,    /* cuBLASLt heuristic's first choice; the tuning database is not read */
   GE2_TUNE_CACHED = 1, /* use tuned results from the database; never tune while compiling */
-  GE2_TUNE_TUNE = 2    /* like CACHED, and tune a missing problem once, at plan compile time */
+  GE2_TUNE_TUNE = 2,    /* like CACHED, and tune a missing problem once, at plan compile time */
+  GE2_TUNE_MAX_ENUM = 0x7fffffff /* not a value: keeps the enum 32 bits wide */
 } ge2_tune_mode_t;
 
 /* ------------------------------------------------------------------------- */

@@ -116,6 +116,10 @@ TEST_CASE("errors: tensor descriptions") {
   bad.shape[0] = std::int64_t{1} << 40;
   expect_error(ge2_graph_add_input(graph.get(), "x", &bad, &v), GE2_ERROR_INVALID_ARGUMENT,
                {"shape[0] = 1099511627776"});
+  // Fuzzer regression: three dimensions whose product overflows int64 are
+  // rejected before multiplying (the check used to come after).
+  ge2_tensor_desc_t huge{GE2_DTYPE_F16, 3, {std::int64_t{1} << 20, std::int64_t{1} << 20, std::int64_t{1} << 31}, {0, 0, 0}};
+  expect_error(ge2_graph_add_input(graph.get(), "x", &huge, &v), GE2_ERROR_INVALID_ARGUMENT, {"more than"});
   bad = matrix(GE2_DTYPE_F32, std::int64_t{1} << 30, std::int64_t{1} << 30);
   expect_error(ge2_graph_add_input(graph.get(), "x", &bad, &v), GE2_ERROR_INVALID_ARGUMENT,
                {"more than"});

@@ -28,6 +28,8 @@ const char* ge2_status_string(ge2_status_t status) {
       return "GE2_ERROR_VERSION_MISMATCH";
     case GE2_ERROR_INTERNAL:
       return "GE2_ERROR_INTERNAL";
+    case GE2_STATUS_MAX_ENUM:
+      break;
   }
   return "GE2_UNKNOWN_STATUS";
 }

@@ -102,9 +102,10 @@ TensorType tensor_type_from_desc(const ge2_tensor_desc_t& desc, const std::strin
     require(desc.shape[i] <= kMaxDimension, GE2_ERROR_INVALID_ARGUMENT,
             "{}: shape[{}] = {} exceeds the largest supported dimension {}", where, i,
             desc.shape[i], kMaxDimension);
-    elements *= desc.shape[i];  // each factor <= 2^31, so checking after each step cannot overflow
-    require(elements <= kMaxElements, GE2_ERROR_INVALID_ARGUMENT,
+    // Checked before multiplying, so the product cannot overflow.
+    require(desc.shape[i] <= kMaxElements / elements, GE2_ERROR_INVALID_ARGUMENT,
             "{}: the tensor has more than {} elements", where, kMaxElements);
+    elements *= desc.shape[i];
     require(desc.strides[i] >= 0, GE2_ERROR_INVALID_ARGUMENT, "{}: strides[{}] = {} is negative",
             where, i, desc.strides[i]);
     require(desc.strides[i] <= kMaxElements, GE2_ERROR_INVALID_ARGUMENT,
