@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what the build and tests need and is missing: Debian packages and the
+# Python test tools. Safe to run again; does nothing when all is there.
+set -euo pipefail
+packages=(cmake ninja-build g++ clang libclang-rt-14-dev libsqlite3-dev libfmt-dev doctest-dev
+          libcli11-dev nlohmann-json3-dev python3 python3-pip)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" > /dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup-deps: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" > /dev/null
+fi
+if ! python3 -c "import numpy, pytest" > /dev/null 2>&1; then
+  echo "setup-deps: installing numpy and pytest from PyPI"
+  python3 -m pip install -q numpy pytest 2> /dev/null || python3 -m pip install -q --break-system-packages numpy pytest
+fi

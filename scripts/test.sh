@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds and runs every test that can run on this machine:
+#   1. the default build (CUDA backend when the toolkit is found) and its ctest
+#      suite; GPU tests report "Skipped" with a SKIPPED line when no device answers
+#   2. a CPU-only build (GE2_WITH_CUDA=OFF) and its ctest suite
+#   3. the Python binding's pytest suite, and the API-docs coverage check
+#   4. a consumer project using find_package(ge2) against an installed CPU build
+#   5. an AddressSanitizer + UndefinedBehaviorSanitizer build running the CPU tests
+#   6. the libFuzzer target for GE2_FUZZ_SECONDS (default 60) from the seed corpus
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+bash scripts/setup-deps.sh
+step() { printf '\n==== %s\n' "$*"; }
+
+step "1. default build"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${GE2_CUDA_ARCHS:-90}" > build-configure.log
+cmake --build build
+ctest --test-dir build --output-on-failure
+
+step "2. CPU-only build (GE2_WITH_CUDA=OFF)"
+cmake -S . -B build-cpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGE2_WITH_CUDA=OFF > build-cpu-configure.log
+cmake --build build-cpu
+ctest --test-dir build-cpu --output-on-failure
+
+step "3. Python binding and API documentation"
+GE2_LIBRARY=$ROOT/build-cpu/src/libge2.so PYTHONPATH=$ROOT/bindings/python \
+  python3 -m pytest -q -rs bindings/python/tests
+python3 scripts/check_api_docs.py build-cpu/src/libge2.so docs/api.md
+
+step "4. find_package(ge2) consumer"
+rm -rf /tmp/ge2-prefix /tmp/ge2-consumer
+cmake --install build-cpu --prefix /tmp/ge2-prefix > /dev/null
+cmake -S samples/consumer -B /tmp/ge2-consumer -G Ninja -DCMAKE_PREFIX_PATH=/tmp/ge2-prefix > /dev/null
+cmake --build /tmp/ge2-consumer
+LD_LIBRARY_PATH=/tmp/ge2-prefix/lib /tmp/ge2-consumer/consumer
+
+step "5. AddressSanitizer + UndefinedBehaviorSanitizer (CPU tests)"
+CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGE2_WITH_CUDA=OFF \
+  -DGE2_SANITIZE=ON -DGE2_FUZZ=ON > build-asan-configure.log
+cmake --build build-asan
+ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -L cpu
+
+step "6. fuzzing the C API for ${GE2_FUZZ_SECONDS:-60} s"
+corpus=$(mktemp -d)
+cp tests/fuzz/corpus/* "$corpus"/
+(cd "$corpus" && "$ROOT/build-asan/tests/ge2_fuzz_api" -max_total_time="${GE2_FUZZ_SECONDS:-60}" \
+  -rss_limit_mb=4096 -malloc_limit_mb=2048 "$corpus" > fuzz.log 2>&1) || { tail -40 "$corpus/fuzz.log"; exit 1; }
+grep -E '^Done' "$corpus/fuzz.log"
+echo "ge2 test.sh: all steps passed"
