@@ -3,7 +3,8 @@
 #   1. the default build (CUDA backend when the toolkit is found) and its ctest
 #      suite; GPU tests report "Skipped" with a SKIPPED line when no device answers
 #   2. a CPU-only build (GE2_WITH_CUDA=OFF) and its ctest suite
-#   3. the Python binding's pytest suite, and the API-docs coverage check
+#   3. the Python binding's pytest suite, pip install of the binding, and the
+#      API-docs coverage check
 #   4. a consumer project using find_package(ge2) against an installed CPU build
 #   5. an AddressSanitizer + UndefinedBehaviorSanitizer build running the CPU tests
 #   6. the libFuzzer target for GE2_FUZZ_SECONDS (default 60) from the seed corpus
@@ -27,6 +28,9 @@ step "3. Python binding and API documentation"
 GE2_LIBRARY=$ROOT/build-cpu/src/libge2.so PYTHONPATH=$ROOT/bindings/python \
   python3 -m pytest -q -rs bindings/python/tests
 python3 scripts/check_api_docs.py build-cpu/src/libge2.so docs/api.md
+rm -rf /tmp/ge2-pip && python3 -m pip install -q --target /tmp/ge2-pip bindings/python
+GE2_LIBRARY=$ROOT/build-cpu/src/libge2.so PYTHONPATH=/tmp/ge2-pip \
+  python3 -c "import ge2; print('pip-installed binding:', ge2.__file__, ge2.library_version())"
 
 step "4. find_package(ge2) consumer"
 rm -rf /tmp/ge2-prefix /tmp/ge2-consumer

@@ -118,8 +118,12 @@ TEST_CASE("errors: tensor descriptions") {
                {"shape[0] = 1099511627776"});
   // Fuzzer regression: three dimensions whose product overflows int64 are
   // rejected before multiplying (the check used to come after).
-  ge2_tensor_desc_t huge{GE2_DTYPE_F16, 3, {std::int64_t{1} << 20, std::int64_t{1} << 20, std::int64_t{1} << 31}, {0, 0, 0}};
-  expect_error(ge2_graph_add_input(graph.get(), "x", &huge, &v), GE2_ERROR_INVALID_ARGUMENT, {"more than"});
+  ge2_tensor_desc_t huge{GE2_DTYPE_F16,
+                         3,
+                         {std::int64_t{1} << 20, std::int64_t{1} << 20, std::int64_t{1} << 31},
+                         {0, 0, 0}};
+  expect_error(ge2_graph_add_input(graph.get(), "x", &huge, &v), GE2_ERROR_INVALID_ARGUMENT,
+               {"more than"});
   bad = matrix(GE2_DTYPE_F32, std::int64_t{1} << 30, std::int64_t{1} << 30);
   expect_error(ge2_graph_add_input(graph.get(), "x", &bad, &v), GE2_ERROR_INVALID_ARGUMENT,
                {"more than"});
@@ -284,22 +288,9 @@ TEST_CASE("errors: compile and execute") {
 
 TEST_CASE("errors: out of memory is a status, not a crash") {
   auto context = make_context(GE2_DEVICE_CPU);
-  auto graph = make_graph();
-  ge2_value_t a, b, mid, out;
-  // The [2^20, 2^19] f32 intermediate needs 2 TiB of host memory.
-  const auto da = matrix(GE2_DTYPE_F32, std::int64_t{1} << 20, 1),
-             db = matrix(GE2_DTYPE_F32, 1, std::int64_t{1} << 19);
-  REQUIRE(ge2_graph_add_input(graph.get(), "a", &da, &a) == GE2_OK);
-  REQUIRE(ge2_graph_add_input(graph.get(), "b", &db, &b) == GE2_OK);
-  REQUIRE(ge2_graph_add_gemm(graph.get(), a, b, GE2_NO_VALUE, nullptr, &mid) == GE2_OK);
-  REQUIRE(ge2_graph_add_activation(graph.get(), mid, GE2_ACT_RELU, &out) == GE2_OK);
-  REQUIRE(ge2_graph_add_activation(graph.get(), out, GE2_ACT_RELU, &out) == GE2_OK);
-  REQUIRE(ge2_graph_mark_output(graph.get(), out, "d", nullptr) == GE2_OK);
-  ge2_compile_options_t options;
-  ge2_compile_options_init(&options);
-  options.fuse = 0;
   ge2_plan_t* plan = nullptr;
-  expect_error(ge2_plan_compile(context.get(), graph.get(), &options, &plan),
+  // The [2^20, 2^19] f32 intermediate needs 2 TiB of host memory.
+  expect_error(compile_with_huge_intermediate(context.get(), std::int64_t{1} << 19, &plan),
                GE2_ERROR_OUT_OF_MEMORY, {"ge2_plan_compile", "memory"});
   CHECK(plan == nullptr);
 }

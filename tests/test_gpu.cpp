@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
 #include <cstdio>
 #include <random>
 
@@ -238,6 +239,40 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("gpu: the tuner end to end: tune mode stores the winner, a cached context reuses it") {
+  const std::string db = "/tmp/ge2-gpu-test-tunedb-" + std::to_string(::getpid()) + ".sqlite";
+  std::remove(db.c_str());
+  auto plan_source = [&](ge2_tune_mode_t mode) {
+    ge2_context_options_t options;
+    ge2_context_options_init(&options);
+    options.device = GE2_DEVICE_CUDA;
+    options.tune_mode = mode;
+    options.tunedb_path = db.c_str();
+    ge2_context_t* raw = nullptr;
+    REQUIRE_MESSAGE(ge2_context_create(GE2_API_VERSION, &options, &raw) == GE2_OK,
+                    std::string(ge2_last_error()));
+    ContextPtr context(raw);
+    DeviceMemory memory;
+    GemmCase c;
+    c.dtype = GE2_DTYPE_F16;
+    c.m = 512;
+    c.n = 384;
+    c.k = 256;
+    c.has_bias = true;
+    c.act = GE2_ACT_RELU;
+    const auto r = run_gemm_case(context.get(), memory, c);
+    CHECK_MESSAGE(r.error <= 1e-2, "error " << r.error);
+    return nlohmann::json::parse(r.plan_json)["steps"][0]["kernel"]["algo_source"]
+        .get<std::string>();
+  };
+  const std::string tuned = plan_source(GE2_TUNE_TUNE);
+  CHECK(tuned.rfind("tuned now", 0) == 0);
+  CHECK(plan_source(GE2_TUNE_CACHED) == "tunedb");
+  CHECK(plan_source(GE2_TUNE_OFF) == "heuristic");
+  MESSAGE("tune mode: " << tuned);
+  std::remove(db.c_str());
+}
+
 TEST_CASE("gpu: host pointers are staged, and one-shot calls match fp64") {
   auto context = make_context(GE2_DEVICE_CUDA);
   auto host = host_memory();
@@ -255,21 +290,10 @@ TEST_CASE("gpu: host pointers are staged, and one-shot calls match fp64") {
 
 TEST_CASE("gpu: device out of memory is GE2_ERROR_OUT_OF_MEMORY and the context stays usable") {
   auto context = make_context(GE2_DEVICE_CUDA);
-  auto graph = make_graph();
-  ge2_tensor_desc_t da{GE2_DTYPE_F32, 2, {std::int64_t{1} << 20, 1}, {0, 0}};
-  ge2_tensor_desc_t db{GE2_DTYPE_F32, 2, {1, std::int64_t{1} << 18}, {0, 0}};  // 1 TiB intermediate
-  ge2_value_t a, b, mid, out;
-  REQUIRE(ge2_graph_add_input(graph.get(), "a", &da, &a) == GE2_OK);
-  REQUIRE(ge2_graph_add_input(graph.get(), "b", &db, &b) == GE2_OK);
-  REQUIRE(ge2_graph_add_gemm(graph.get(), a, b, GE2_NO_VALUE, nullptr, &mid) == GE2_OK);
-  REQUIRE(ge2_graph_add_activation(graph.get(), mid, GE2_ACT_RELU, &out) == GE2_OK);
-  REQUIRE(ge2_graph_add_activation(graph.get(), out, GE2_ACT_RELU, &out) == GE2_OK);
-  REQUIRE(ge2_graph_mark_output(graph.get(), out, "d", nullptr) == GE2_OK);
-  ge2_compile_options_t options;
-  ge2_compile_options_init(&options);
-  options.fuse = 0;
   ge2_plan_t* plan = nullptr;
-  const ge2_status_t status = ge2_plan_compile(context.get(), graph.get(), &options, &plan);
+  // A 1 TiB f32 intermediate.
+  const ge2_status_t status =
+      compile_with_huge_intermediate(context.get(), std::int64_t{1} << 18, &plan);
   CHECK(status == GE2_ERROR_OUT_OF_MEMORY);
   const std::string message = ge2_last_error();
   MESSAGE("message: " << message);

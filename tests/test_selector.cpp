@@ -133,8 +133,9 @@ TEST_CASE(
   // bench/results/2026-12-02-h200: 4096x4096x8 lt_f16 30.6 us vs cuda_f32 86.9 us;
   // 8192x1024x4 21.4 vs 51.5; 100x36x20 13.9 vs 18.6; 32x32x32 15.4 vs 16.5.
   const DeviceInfo h200 = synthetic_h200();
-  for (auto [m, n, k] :
+  for (const auto& shape :
        {std::array<std::int64_t, 3>{4096, 4096, 8}, {8192, 1024, 4}, {100, 36, 20}, {32, 32, 32}}) {
+    const std::int64_t m = shape[0], n = shape[1], k = shape[2];
     CAPTURE(m);
     CAPTURE(n);
     CAPTURE(k);

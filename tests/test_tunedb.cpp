@@ -1,6 +1,7 @@
 // The tuning database on the CPU: schema and migration, upsert rules, key
 // encoding and bucketing, JSON round trip, bad files, and many processes.
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -216,4 +217,38 @@ TEST_CASE("tune keys: sizes, effective operand order, epilogue and alignment cla
   odd.b = {1, 255, 128, 0, 128, 1};
   CHECK(make_tune_key(odd, KernelId::LtF16, synthetic_h200()).signature.find("align=2") !=
         std::string::npos);
+}
+
+TEST_CASE(
+    "tunedb: a writer killed with SIGKILL mid-stream leaves a readable file with every committed "
+    "row") {
+  const std::string path = temp_db("killed");
+  { TuneDb create(path, TuneDb::Mode::ReadWrite); }
+  int pipe_fds[2];
+  REQUIRE(pipe(pipe_fds) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(pipe_fds[0]);
+    TuneDb db(path, TuneDb::Mode::ReadWrite);
+    for (int i = 1;; ++i) {
+      db.upsert(record(i, 1.0));
+      // Reported only after the commit returned.
+      if (write(pipe_fds[1], &i, sizeof(i)) != sizeof(i)) _exit(1);
+    }
+  }
+  close(pipe_fds[1]);
+  int committed = 0, value = 0;
+  while (committed < 200 && read(pipe_fds[0], &value, sizeof(value)) == sizeof(value))
+    committed = value;
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  while (read(pipe_fds[0], &value, sizeof(value)) == sizeof(value)) committed = value;  // drain
+  close(pipe_fds[0]);
+  CHECK(WIFSIGNALED(status));
+  TuneDb db(path, TuneDb::Mode::ReadWrite);  // recovers the WAL of the killed writer
+  CHECK(db.count() >= committed);
+  for (int i = 1; i <= committed; ++i) REQUIRE(db.find_exact(record(i, 0).key).has_value());
+  MESSAGE("rows committed before SIGKILL: " << committed << ", rows found: " << db.count());
 }

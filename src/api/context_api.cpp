@@ -3,6 +3,7 @@
 
 #include "api/api_guard.hpp"
 #include "api/api_objects.hpp"
+#include "core/raw_enum.hpp"
 #include "tunedb/tunedb_path.hpp"
 
 using namespace ge2;
@@ -33,14 +34,11 @@ ge2_status_t ge2_context_create(int api_version, const ge2_context_options_t* op
     ge2_context_options_init(&defaults);
     if (options == nullptr) options = &defaults;
     require_struct_size(*options, __func__, "options");
-    require(options->device >= GE2_DEVICE_AUTO && options->device <= GE2_DEVICE_CPU,
-            GE2_ERROR_INVALID_ARGUMENT,
-            "{}: argument 'options->device' = {} is not a ge2_device_kind_t", __func__,
-            static_cast<int>(options->device));
-    require(options->tune_mode >= GE2_TUNE_OFF && options->tune_mode <= GE2_TUNE_TUNE,
-            GE2_ERROR_INVALID_ARGUMENT,
-            "{}: argument 'options->tune_mode' = {} is not a ge2_tune_mode_t", __func__,
-            static_cast<int>(options->tune_mode));
+    const int device = raw_enum(options->device), tune_mode = raw_enum(options->tune_mode);
+    require(device >= GE2_DEVICE_AUTO && device <= GE2_DEVICE_CPU, GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'options->device' = {} is not a ge2_device_kind_t", __func__, device);
+    require(tune_mode >= GE2_TUNE_OFF && tune_mode <= GE2_TUNE_TUNE, GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'options->tune_mode' = {} is not a ge2_tune_mode_t", __func__, tune_mode);
     require(options->device_ordinal >= 0, GE2_ERROR_INVALID_ARGUMENT,
             "{}: argument 'options->device_ordinal' = {} is negative", __func__,
             options->device_ordinal);

@@ -1,6 +1,7 @@
 // ge2_gemm_bias_act: the one-shot call, built on a cached one-node plan.
 #include "api/api_guard.hpp"
 #include "api/api_objects.hpp"
+#include "core/raw_enum.hpp"
 
 using namespace ge2;
 
@@ -24,11 +25,11 @@ void check_params(const ge2_gemm_params_t& p, const char* f) {
           "{}: argument 'params->trans_b' = {} must be 0 or 1", f, p.trans_b);
   require(p.has_bias == 0 || p.has_bias == 1, GE2_ERROR_INVALID_ARGUMENT,
           "{}: argument 'params->has_bias' = {} must be 0 or 1", f, p.has_bias);
-  require(is_valid_dtype(p.dtype), GE2_ERROR_INVALID_ARGUMENT,
-          "{}: argument 'params->dtype' = {} is not a ge2_dtype_t", f, static_cast<int>(p.dtype));
-  require(is_valid_activation(p.activation), GE2_ERROR_INVALID_ARGUMENT,
+  require(is_valid_dtype(raw_enum(p.dtype)), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'params->dtype' = {} is not a ge2_dtype_t", f, raw_enum(p.dtype));
+  require(is_valid_activation(raw_enum(p.activation)), GE2_ERROR_INVALID_ARGUMENT,
           "{}: argument 'params->activation' = {} is not a ge2_activation_t", f,
-          static_cast<int>(p.activation));
+          raw_enum(p.activation));
   require(std::isfinite(p.alpha), GE2_ERROR_INVALID_ARGUMENT,
           "{}: argument 'params->alpha' = {} is not finite", f, p.alpha);
 }

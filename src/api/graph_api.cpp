@@ -5,6 +5,7 @@
 
 #include "api/api_guard.hpp"
 #include "api/api_objects.hpp"
+#include "core/raw_enum.hpp"
 
 using namespace ge2;
 
@@ -63,8 +64,8 @@ GemmAttrs gemm_attrs_from(const ge2_gemm_attrs_t* attrs, const char* function) {
 }
 
 void check_activation(ge2_activation_t act, const char* function) {
-  require(is_valid_activation(static_cast<int>(act)), GE2_ERROR_INVALID_ARGUMENT,
-          "{}: argument 'act' = {} is not a ge2_activation_t", function, static_cast<int>(act));
+  require(is_valid_activation(raw_enum(act)), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'act' = {} is not a ge2_activation_t", function, raw_enum(act));
 }
 
 // Infers the node's type, appends it and returns its value id.

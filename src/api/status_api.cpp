@@ -1,11 +1,12 @@
 // Status names, last error and version queries.
 #include "api/api_guard.hpp"
+#include "core/raw_enum.hpp"
 #include "ge_v2_api.h"
 
 extern "C" {
 
 const char* ge2_status_string(ge2_status_t status) {
-  switch (status) {
+  switch (ge2::raw_enum(status)) {
     case GE2_OK:
       return "GE2_OK";
     case GE2_ERROR_INVALID_ARGUMENT:
@@ -28,8 +29,6 @@ const char* ge2_status_string(ge2_status_t status) {
       return "GE2_ERROR_VERSION_MISMATCH";
     case GE2_ERROR_INTERNAL:
       return "GE2_ERROR_INTERNAL";
-    case GE2_STATUS_MAX_ENUM:
-      break;
   }
   return "GE2_UNKNOWN_STATUS";
 }

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "core/error.hpp"
+#include "core/raw_enum.hpp"
 
 namespace ge2 {
 
@@ -87,8 +88,8 @@ void check_strides_do_not_overlap(const TensorType& type, const std::string& whe
 }
 
 TensorType tensor_type_from_desc(const ge2_tensor_desc_t& desc, const std::string& where) {
-  require(is_valid_dtype(desc.dtype), GE2_ERROR_INVALID_ARGUMENT, "{}: unknown dtype {}", where,
-          static_cast<int>(desc.dtype));
+  require(is_valid_dtype(raw_enum(desc.dtype)), GE2_ERROR_INVALID_ARGUMENT, "{}: unknown dtype {}",
+          where, raw_enum(desc.dtype));
   require(desc.rank >= 1 && desc.rank <= 3, GE2_ERROR_INVALID_ARGUMENT,
           "{}: rank {} is not 1, 2 or 3", where, desc.rank);
   TensorType type;

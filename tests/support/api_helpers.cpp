@@ -44,6 +44,24 @@ std::string GemmCase::label() const {
                      a_column_major ? " A-colmajor" : "", with_c ? " with-C" : "");
 }
 
+ge2_status_t compile_with_huge_intermediate(ge2_context_t* context, std::int64_t cols,
+                                            ge2_plan_t** plan) {
+  GraphPtr graph = make_graph();
+  ge2_tensor_desc_t da{GE2_DTYPE_F32, 2, {std::int64_t{1} << 20, 1}, {0, 0}};
+  ge2_tensor_desc_t db{GE2_DTYPE_F32, 2, {1, cols}, {0, 0}};
+  ge2_value_t a, b, mid, out;
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "a", &da, &a));
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "b", &db, &b));
+  GE2_CHECK(ge2_graph_add_gemm(graph.get(), a, b, GE2_NO_VALUE, nullptr, &mid));
+  GE2_CHECK(ge2_graph_add_activation(graph.get(), mid, GE2_ACT_RELU, &out));
+  GE2_CHECK(ge2_graph_add_activation(graph.get(), out, GE2_ACT_RELU, &out));
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), out, "d", nullptr));
+  ge2_compile_options_t options;
+  ge2_compile_options_init(&options);
+  options.fuse = 0;  // keeps the intermediate
+  return ge2_plan_compile(context, graph.get(), &options, plan);
+}
+
 GemmResult run_gemm_case(ge2_context_t* context, Memory& memory, const GemmCase& c) {
   INFO(c.label());
   auto shape = [&](std::int64_t rows, std::int64_t cols) {

@@ -60,6 +60,11 @@ struct GemmResult {
   std::string plan_json;
 };
 
+// Compiles (without fusion) a graph whose [2^20, cols] f32 intermediate is far
+// too large for any memory: an out-of-memory path that must end in a status.
+ge2_status_t compile_with_huge_intermediate(ge2_context_t* context, std::int64_t cols,
+                                            ge2_plan_t** plan);
+
 // Builds, compiles and runs the case on fresh random data; returns the error
 // against the fp64 reference. Fails the enclosing doctest case on any status.
 GemmResult run_gemm_case(ge2_context_t* context, Memory& memory, const GemmCase& c);

@@ -36,6 +36,20 @@ def _torch_view(t, want_stream) -> ArrayView:
     return ArrayView(t.data_ptr(), dtype, tuple(t.shape), tuple(t.stride()), t.is_cuda, "torch", stream)
 
 
+def _element_strides(iface, dtype) -> tuple:
+    size = ELEMENT_SIZE[dtype]
+    strides = iface.get("strides")
+    if strides is None:  # C-contiguous
+        out, step = [], 1
+        for extent in reversed(iface["shape"]):
+            out.append(step)
+            step *= extent
+        return tuple(reversed(out))
+    if any(s % size for s in strides):
+        raise ValueError("ge2: array strides are not whole elements")
+    return tuple(s // size for s in strides)
+
+
 def view(array, want_stream: bool = True) -> ArrayView:
     """`want_stream`: also look up the array library's current stream (costs a call)."""
     module = type(array).__module__.split(".")[0]
@@ -46,30 +60,19 @@ def view(array, want_stream: bool = True) -> ArrayView:
         dtype = _TYPESTR.get(iface["typestr"])
         if dtype is None:
             raise TypeError(f"ge2: array typestr {iface['typestr']} is not float16 or float32")
-        size = ELEMENT_SIZE[dtype]
         shape = tuple(iface["shape"])
-        strides = iface.get("strides")
-        if strides is None:
-            strides, step = [], 1
-            for extent in reversed(shape):
-                strides.insert(0, step)
-                step *= extent
-        else:
-            strides = [s // size for s in strides]
+        strides = _element_strides(iface, dtype)
         stream = None
         if module == "cupy" and want_stream:
             import cupy
             stream = cupy.cuda.get_current_stream().ptr
-        return ArrayView(iface["data"][0], dtype, shape, tuple(strides), True, module, stream)
-    if hasattr(array, "__array_interface__"):  # NumPy
-        import numpy as np
-        dtype = _NUMPY.get(np.dtype(array.dtype).name)
+        return ArrayView(iface["data"][0], dtype, shape, strides, True, module, stream)
+    iface = getattr(array, "__array_interface__", None)  # NumPy: one dict, no ctypes objects
+    if iface is not None:
+        dtype = _TYPESTR.get(iface["typestr"])
         if dtype is None:
-            raise TypeError(f"ge2: NumPy dtype {array.dtype} is not float16 or float32 (bfloat16 needs PyTorch)")
-        size = ELEMENT_SIZE[dtype]
-        if any(s % size for s in array.strides):
-            raise ValueError("ge2: array strides are not whole elements")
-        return ArrayView(array.ctypes.data, dtype, tuple(array.shape), tuple(s // size for s in array.strides), False, "numpy")
+            raise TypeError(f"ge2: NumPy dtype {iface['typestr']} is not float16 or float32 (bfloat16 needs PyTorch)")
+        return ArrayView(iface["data"][0], dtype, tuple(iface["shape"]), _element_strides(iface, dtype), False, "numpy")
     raise TypeError(f"ge2: unsupported array type {type(array)!r}; use NumPy, CuPy or PyTorch")
 
 

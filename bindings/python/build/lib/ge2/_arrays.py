@@ -1,0 +1,85 @@
+"""Adapters from NumPy, CuPy and PyTorch arrays to (pointer, dtype, shape, element strides, device)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import _capi
+
+_TYPESTR = {"<f2": _capi.DTYPE_F16, "<f4": _capi.DTYPE_F32}
+_NUMPY = {"float16": _capi.DTYPE_F16, "float32": _capi.DTYPE_F32}
+ELEMENT_SIZE = {_capi.DTYPE_F16: 2, _capi.DTYPE_BF16: 2, _capi.DTYPE_F32: 4}
+
+
+@dataclass
+class ArrayView:
+    pointer: int
+    dtype: int
+    shape: tuple
+    strides: tuple  # elements
+    on_device: bool
+    library: str  # "numpy", "cupy" or "torch"
+    stream: int | None = None  # the library's current stream, for device arrays
+
+
+_TORCH_DTYPES = {}
+
+
+def _torch_view(t, want_stream) -> ArrayView:
+    import torch
+    if not _TORCH_DTYPES:
+        _TORCH_DTYPES.update({torch.float16: _capi.DTYPE_F16, torch.bfloat16: _capi.DTYPE_BF16,
+                              torch.float32: _capi.DTYPE_F32})
+    dtype = _TORCH_DTYPES.get(t.dtype)
+    if dtype is None:
+        raise TypeError(f"ge2: torch dtype {t.dtype} is not float16, bfloat16 or float32")
+    stream = torch.cuda.current_stream(t.device).cuda_stream if (want_stream and t.is_cuda) else None
+    return ArrayView(t.data_ptr(), dtype, tuple(t.shape), tuple(t.stride()), t.is_cuda, "torch", stream)
+
+
+def view(array, want_stream: bool = True) -> ArrayView:
+    """`want_stream`: also look up the array library's current stream (costs a call)."""
+    module = type(array).__module__.split(".")[0]
+    if module == "torch":
+        return _torch_view(array, want_stream)
+    if hasattr(array, "__cuda_array_interface__"):  # CuPy and others
+        iface = array.__cuda_array_interface__
+        dtype = _TYPESTR.get(iface["typestr"])
+        if dtype is None:
+            raise TypeError(f"ge2: array typestr {iface['typestr']} is not float16 or float32")
+        size = ELEMENT_SIZE[dtype]
+        shape = tuple(iface["shape"])
+        strides = iface.get("strides")
+        if strides is None:
+            strides, step = [], 1
+            for extent in reversed(shape):
+                strides.insert(0, step)
+                step *= extent
+        else:
+            strides = [s // size for s in strides]
+        stream = None
+        if module == "cupy" and want_stream:
+            import cupy
+            stream = cupy.cuda.get_current_stream().ptr
+        return ArrayView(iface["data"][0], dtype, shape, tuple(strides), True, module, stream)
+    if hasattr(array, "__array_interface__"):  # NumPy
+        import numpy as np
+        dtype = _NUMPY.get(np.dtype(array.dtype).name)
+        if dtype is None:
+            raise TypeError(f"ge2: NumPy dtype {array.dtype} is not float16 or float32 (bfloat16 needs PyTorch)")
+        size = ELEMENT_SIZE[dtype]
+        if any(s % size for s in array.strides):
+            raise ValueError("ge2: array strides are not whole elements")
+        return ArrayView(array.ctypes.data, dtype, tuple(array.shape), tuple(s // size for s in array.strides), False, "numpy")
+    raise TypeError(f"ge2: unsupported array type {type(array)!r}; use NumPy, CuPy or PyTorch")
+
+
+def empty_like_library(library: str, shape: tuple, dtype: int, like):
+    if library == "torch":
+        import torch
+        dt = {_capi.DTYPE_F16: torch.float16, _capi.DTYPE_BF16: torch.bfloat16, _capi.DTYPE_F32: torch.float32}[dtype]
+        return torch.empty(shape, dtype=dt, device=like.device)
+    if library == "cupy":
+        import cupy
+        return cupy.empty(shape, dtype={_capi.DTYPE_F16: "float16", _capi.DTYPE_F32: "float32"}[dtype])
+    import numpy as np
+    return np.empty(shape, dtype={_capi.DTYPE_F16: np.float16, _capi.DTYPE_F32: np.float32}[dtype])

@@ -1,0 +1,126 @@
+"""ctypes declarations of ge_v2_api.h and the library loader."""
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+API_VERSION = 2  # the GE2_API_VERSION this binding was written for
+
+OK = 0
+STATUS_NAMES = {
+    0: "GE2_OK", 1: "GE2_ERROR_INVALID_ARGUMENT", 2: "GE2_ERROR_SHAPE_MISMATCH",
+    3: "GE2_ERROR_UNSUPPORTED", 4: "GE2_ERROR_NO_DEVICE", 5: "GE2_ERROR_CUDA",
+    6: "GE2_ERROR_CUBLAS", 7: "GE2_ERROR_OUT_OF_MEMORY", 8: "GE2_ERROR_TUNEDB",
+    9: "GE2_ERROR_VERSION_MISMATCH", 10: "GE2_ERROR_INTERNAL",
+}
+DTYPE_F16, DTYPE_BF16, DTYPE_F32 = 1, 2, 3
+DEVICES = {"auto": 0, "cuda": 1, "cpu": 2}
+TUNE_MODES = {"off": 0, "cached": 1, "tune": 2}
+ACTIVATIONS = {None: 0, "none": 0, "relu": 1, "gelu": 2, "gelu_erf": 2, "gelu_tanh": 3}
+NO_VALUE = -1
+
+
+class TensorDesc(ctypes.Structure):
+    _fields_ = [("dtype", ctypes.c_int), ("rank", ctypes.c_int32),
+                ("shape", ctypes.c_int64 * 3), ("strides", ctypes.c_int64 * 3)]
+
+
+class ContextOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("device", ctypes.c_int), ("device_ordinal", ctypes.c_int),
+                ("tune_mode", ctypes.c_int), ("tunedb_path", ctypes.c_char_p)]
+
+
+class GemmAttrs(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("trans_a", ctypes.c_int), ("trans_b", ctypes.c_int),
+                ("alpha", ctypes.c_float), ("beta", ctypes.c_float)]
+
+
+class CompileOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("fuse", ctypes.c_int), ("allow_tf32", ctypes.c_int),
+                ("allow_staging", ctypes.c_int), ("force_kernel", ctypes.c_char_p)]
+
+
+class IoInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("is_output", ctypes.c_int), ("desc", TensorDesc),
+                ("required_bytes", ctypes.c_size_t)]
+
+
+class Binding(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("data", ctypes.c_void_p)]
+
+
+class GemmParams(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("m", ctypes.c_int64), ("n", ctypes.c_int64),
+                ("k", ctypes.c_int64), ("batch", ctypes.c_int64), ("trans_a", ctypes.c_int),
+                ("trans_b", ctypes.c_int), ("lda", ctypes.c_int64), ("ldb", ctypes.c_int64),
+                ("ldd", ctypes.c_int64), ("stride_a", ctypes.c_int64), ("stride_b", ctypes.c_int64),
+                ("stride_d", ctypes.c_int64), ("dtype", ctypes.c_int), ("activation", ctypes.c_int),
+                ("has_bias", ctypes.c_int), ("alpha", ctypes.c_float)]
+
+
+def _candidates():
+    env = os.environ.get("GE2_LIBRARY")
+    if env:
+        yield Path(env)
+        return
+    here = Path(__file__).resolve().parent
+    yield here / "libge2.so"
+    root = here.parents[2]  # bindings/python/ge2 -> repository root
+    for build in sorted(root.glob("build*")):
+        yield build / "src" / "libge2.so"
+    yield Path("libge2.so")  # the system loader's search path
+
+
+def load_library() -> ctypes.CDLL:
+    errors = []
+    for path in _candidates():
+        try:
+            lib = ctypes.CDLL(str(path))
+            break
+        except OSError as error:
+            errors.append(f"{path}: {error}")
+    else:
+        raise ImportError("cannot load libge2.so; set GE2_LIBRARY. Tried:\n  " + "\n  ".join(errors))
+    _declare(lib)
+    return lib
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    P, I, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_int  # S: ge2_status_t
+    pp = ctypes.POINTER(ctypes.c_void_p)
+    value_p = ctypes.POINTER(ctypes.c_int32)
+    table = {
+        "ge2_status_string": (ctypes.c_char_p, [I]),
+        "ge2_last_error": (ctypes.c_char_p, []),
+        "ge2_get_api_version": (I, []),
+        "ge2_get_version_string": (ctypes.c_char_p, []),
+        "ge2_context_options_init": (S, [ctypes.POINTER(ContextOptions)]),
+        "ge2_context_create": (S, [I, ctypes.POINTER(ContextOptions), pp]),
+        "ge2_context_destroy": (None, [P]),
+        "ge2_context_get_device_kind": (S, [P, ctypes.POINTER(ctypes.c_int)]),
+        "ge2_context_describe": (S, [P, ctypes.POINTER(ctypes.c_char_p)]),
+        "ge2_graph_create": (S, [pp]),
+        "ge2_graph_destroy": (None, [P]),
+        "ge2_graph_add_input": (S, [P, ctypes.c_char_p, ctypes.POINTER(TensorDesc), value_p]),
+        "ge2_gemm_attrs_init": (S, [ctypes.POINTER(GemmAttrs)]),
+        "ge2_graph_add_gemm": (S, [P, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(GemmAttrs), value_p]),
+        "ge2_graph_add_bias": (S, [P, ctypes.c_int32, ctypes.c_int32, value_p]),
+        "ge2_graph_add_activation": (S, [P, ctypes.c_int32, I, value_p]),
+        "ge2_graph_add_gemm_bias_act": (S, [P, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(GemmAttrs), I, value_p]),
+        "ge2_graph_mark_output": (S, [P, ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(TensorDesc)]),
+        "ge2_graph_get_desc": (S, [P, ctypes.c_int32, ctypes.POINTER(TensorDesc)]),
+        "ge2_compile_options_init": (S, [ctypes.POINTER(CompileOptions)]),
+        "ge2_plan_compile": (S, [P, P, ctypes.POINTER(CompileOptions), pp]),
+        "ge2_plan_destroy": (None, [P]),
+        "ge2_plan_describe": (S, [P, ctypes.POINTER(ctypes.c_char_p)]),
+        "ge2_plan_io_count": (S, [P, ctypes.POINTER(ctypes.c_size_t)]),
+        "ge2_plan_io_info": (S, [P, ctypes.c_size_t, ctypes.POINTER(IoInfo)]),
+        "ge2_plan_execute": (S, [P, ctypes.POINTER(Binding), ctypes.c_size_t, P]),
+        "ge2_gemm_params_init": (S, [ctypes.POINTER(GemmParams)]),
+        "ge2_gemm_bias_act": (S, [P, ctypes.POINTER(GemmParams), P, P, P, P, P]),
+    }
+    for name, (restype, argtypes) in table.items():
+        function = getattr(lib, name)
+        function.restype = restype
+        function.argtypes = argtypes
