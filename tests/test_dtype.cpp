@@ -41,7 +41,6 @@ TEST_CASE("tensor types: dense strides, spans and overlap") {
   CHECK(t.strides[1] == 4);
   CHECK(t.strides[2] == 1);
   CHECK(t.span_bytes() == 48);
-  CHECK(t.is_dense_row_major());
   ge2_tensor_desc_t desc = t.to_desc();
   desc.strides[1] = 1;
   desc.strides[2] = 3;  // column-major inner matrix: legal

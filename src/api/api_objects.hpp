@@ -13,7 +13,6 @@
 
 struct ge2_context_s {
   std::shared_ptr<ge2::Backend> backend;
-  ge2_tune_mode_t tune_mode = GE2_TUNE_CACHED;
   std::mutex mutex;         // guards the members below
   std::string description;  // returned by ge2_context_describe
   std::map<std::string, std::shared_ptr<ge2::Plan>> one_shot_plans;  // ge2_gemm_bias_act cache

@@ -44,7 +44,6 @@ ge2_status_t ge2_context_create(int api_version, const ge2_context_options_t* op
             options->device_ordinal);
 
     auto context = std::make_unique<ge2_context_s>();
-    context->tune_mode = options->tune_mode;
     const bool want_cuda = options->device == GE2_DEVICE_CUDA ||
                            (options->device == GE2_DEVICE_AUTO && cuda_backend_available());
     if (want_cuda) {

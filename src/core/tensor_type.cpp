@@ -21,15 +21,6 @@ std::int64_t TensorType::span_elements() const {
   return last + 1;
 }
 
-bool TensorType::is_dense_row_major() const {
-  std::int64_t expected = 1;
-  for (int i = rank - 1; i >= 0; --i) {
-    if (shape[i] != 1 && strides[i] != expected) return false;
-    expected *= shape[i];
-  }
-  return true;
-}
-
 bool TensorType::same_shape(const TensorType& other) const {
   if (rank != other.rank) return false;
   for (int i = 0; i < rank; ++i)

@@ -21,7 +21,6 @@ struct TensorType {
   std::size_t span_bytes() const {
     return static_cast<std::size_t>(span_elements()) * dtype_size(dtype);
   }
-  bool is_dense_row_major() const;
   bool same_shape(const TensorType& other) const;
   std::string shape_string() const;  // e.g. "[4, 128, 64] f16"
 
