@@ -1,224 +1,22 @@
-// The CUDA backend: cuBLASLt and fallback GEMM steps, elementwise steps, device
-// buffers, per-stream workspaces, execution ordering and host-pointer staging.
+// The CUDA backend: device discovery, buffers, per-stream workspaces, execution
+// ordering across streams and host-pointer staging. The steps it creates live
+// in lt_gemm_step.cpp, staged_gemm_step.cpp and simple_steps.cpp.
 #include <cstdint>
-#include <map>
 #include <mutex>
 
 #include "backends/cuda/algo_choice.hpp"
 #include "backends/cuda/cuda_errors.hpp"
 #include "backends/cuda/cuda_raii.hpp"
-#include "backends/cuda/kernels.hpp"
-#include "backends/cuda/lt_matmul.hpp"
+#include "backends/cuda/gemm_steps.hpp"
 #include "backends/cuda/workspace_pool.hpp"
 #include "core/error.hpp"
 #include "exec/backend.hpp"
-#include "select/selector.hpp"
 
 namespace ge2 {
 namespace cuda {
 namespace {
 
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
-
-void* slot_pointer(const ExecState& state, int slot) {
-  return slot < 0 ? nullptr : state.slots[static_cast<std::size_t>(slot)];
-}
-
-std::uint32_t pointer_alignment(const void* p) {
-  const auto address = reinterpret_cast<std::uintptr_t>(p);
-  std::uint32_t alignment = 256;
-  while (alignment > 1 && (address % alignment) != 0) alignment /= 2;
-  return alignment;
-}
-
-class LtGemmStep final : public Step {
- public:
-  LtGemmStep(cublasLtHandle_t handle, const GemmProblem& problem, KernelId kernel,
-             const GemmSlots& slots, AlgoChooser& chooser)
-      : matmul_(handle, problem, kernel), slots_(slots), chooser_(chooser) {
-    choice_ = chooser.choose(matmul_);
-    if (matmul_.needs_separate_activation()) {
-      activation_.x = TensorType::dense(problem.dtype, 3, {problem.batch, problem.m, problem.n});
-      activation_.x.strides = {problem.d.batch_stride, problem.d.row_stride, problem.d.col_stride};
-      activation_.out = activation_.x;
-      activation_.act = problem.act;
-    }
-  }
-
-  void run(const ExecState& s) override {
-    const LtPointers pointers{slot_pointer(s, slots_.a), slot_pointer(s, slots_.b),
-                              slot_pointer(s, slots_.c), slot_pointer(s, slots_.bias),
-                              slot_pointer(s, slots_.d)};
-    const auto stream = static_cast<cudaStream_t>(s.stream);
-    const AlgoChoice& choice = choice_for(pointers);
-    matmul_.run(choice.algo, pointers, s.workspace, s.workspace_bytes, stream);
-    if (matmul_.needs_separate_activation())
-      launch_elementwise(activation_, pointers.d, nullptr, pointers.d, stream);
-  }
-
-  nlohmann::json describe() const override {
-    return {{"name", kernel_name(matmul_.kernel())},
-            {"epilogue", matmul_.epilogue_name()},
-            {"separate_activation_kernel", matmul_.needs_separate_activation()},
-            {"algo", choice_.config.to_json()},
-            {"algo_source", choice_.source},
-            {"workspace_bytes", choice_.workspace_bytes},
-            {"transpose_trick", "D^T = op(B)^T * op(A)^T, column-major"}};
-  }
-
- private:
-  // The compiled algorithm assumes 16-byte-aligned pointers (cudaMalloc gives
-  // 256). Views at odd offsets get an algorithm chosen for their alignment once.
-  const AlgoChoice& choice_for(const LtPointers& p) {
-    std::uint32_t alignment = 256;
-    for (const void* q : {p.a, p.b, p.c, static_cast<const void*>(p.d)})
-      if (q != nullptr) alignment = std::min(alignment, pointer_alignment(q));
-    if (alignment >= 16) return choice_;
-    std::lock_guard lock(unaligned_mutex_);
-    auto& slot = unaligned_choices_[alignment];
-    if (!slot)
-      slot = std::make_unique<AlgoChoice>(chooser_.heuristic_for_alignment(matmul_, alignment));
-    return *slot;
-  }
-
-  LtMatmul matmul_;
-  GemmSlots slots_;
-  AlgoChooser& chooser_;
-  AlgoChoice choice_;
-  ElementwiseProblem activation_;
-  std::mutex unaligned_mutex_;
-  std::map<std::uint32_t, std::unique_ptr<AlgoChoice>> unaligned_choices_;
-};
-
-// Unaligned 16-bit problems: op(A), op(B) (and C, bias) are copied into
-// zero-padded buffers whose leading dimensions are multiples of 16 bytes, the
-// fast aligned kernel runs, and D is copied back. Zero padding of K is exact.
-class StagedLtGemmStep final : public Step {
- public:
-  StagedLtGemmStep(cublasLtHandle_t handle, const GemmProblem& problem, KernelId kernel,
-                   const GemmSlots& slots, AlgoChooser& chooser)
-      : original_(problem),
-        padded_(staged_problem(problem)),
-        matmul_(handle, padded_, kernel),
-        slots_(slots) {
-    choice_ = chooser.choose(matmul_);
-    const std::size_t e = dtype_size(problem.dtype);
-    auto span = [&](const MatrixView& v) {
-      return static_cast<std::size_t>((v.batch_stride == 0 ? 1 : v.batch) * v.rows * v.cols) * e;
-    };
-    a_ = DeviceBuffer(span(padded_.a));
-    b_ = DeviceBuffer(span(padded_.b));
-    d_ = DeviceBuffer(span(padded_.d));
-    if (problem.has_bias) bias_ = DeviceBuffer(static_cast<std::size_t>(padded_.n) * e);
-    if (matmul_.needs_separate_activation()) {
-      activation_.x = TensorType::dense(problem.dtype, 3, {padded_.batch, padded_.m, padded_.n});
-      activation_.out = activation_.x;
-      activation_.act = problem.act;
-    }
-  }
-
-  void run(const ExecState& s) override {
-    const auto stream = static_cast<cudaStream_t>(s.stream);
-    const GemmProblem& p = original_;
-    const DType t = p.dtype;
-    // op(A) and op(B) read through their strides, so transposes are normalised too.
-    const MatrixView op_a{p.batch,
-                          p.m,
-                          p.k,
-                          p.a.batch_stride,
-                          p.trans_a ? p.a.col_stride : p.a.row_stride,
-                          p.trans_a ? p.a.row_stride : p.a.col_stride};
-    const MatrixView op_b{p.batch,
-                          p.k,
-                          p.n,
-                          p.b.batch_stride,
-                          p.trans_b ? p.b.col_stride : p.b.row_stride,
-                          p.trans_b ? p.b.row_stride : p.b.col_stride};
-    launch_copy_matrix(t, op_a, slot_pointer(s, slots_.a), batch_of(padded_.a), a_.data(), stream);
-    launch_copy_matrix(t, op_b, slot_pointer(s, slots_.b), batch_of(padded_.b), b_.data(), stream);
-    if (p.has_bias) {
-      const MatrixView bias_src{1, 1, p.n, 0, 0, p.bias_stride},
-          bias_dst{1, 1, padded_.n, 0, padded_.n, 1};
-      launch_copy_matrix(t, bias_src, slot_pointer(s, slots_.bias), bias_dst, bias_.data(), stream);
-    }
-    if (p.has_c)
-      launch_copy_matrix(t, p.c, slot_pointer(s, slots_.c), padded_.d, d_.data(), stream);
-    const LtPointers pointers{a_.data(), b_.data(), p.has_c ? d_.data() : nullptr, bias_.data(),
-                              d_.data()};
-    matmul_.run(choice_.algo, pointers, s.workspace, s.workspace_bytes, stream);
-    if (matmul_.needs_separate_activation())
-      launch_elementwise(activation_, d_.data(), nullptr, d_.data(), stream);
-    const MatrixView result{p.batch, p.m, p.n, padded_.d.batch_stride, padded_.d.row_stride, 1};
-    launch_copy_matrix(t, result, d_.data(), p.d, slot_pointer(s, slots_.d), stream);
-  }
-
-  nlohmann::json describe() const override {
-    return {{"name", kernel_name(matmul_.kernel())},
-            {"staged", true},
-            {"staged_problem",
-             fmt::format("{}x{}x{} (K, N padded to 16 bytes)", padded_.m, padded_.n, padded_.k)},
-            {"staging_bytes", staging_bytes(original_)},
-            {"epilogue", matmul_.epilogue_name()},
-            {"separate_activation_kernel", matmul_.needs_separate_activation()},
-            {"algo", choice_.config.to_json()},
-            {"algo_source", choice_.source},
-            {"workspace_bytes", choice_.workspace_bytes}};
-  }
-
- private:
-  // A padded operand shared by the batch is copied once (batch 1, stride 0).
-  static MatrixView batch_of(const MatrixView& v) {
-    MatrixView copy = v;
-    if (copy.batch_stride == 0) copy.batch = 1;
-    return copy;
-  }
-
-  GemmProblem original_, padded_;
-  LtMatmul matmul_;
-  GemmSlots slots_;
-  AlgoChoice choice_;
-  ElementwiseProblem activation_;
-  DeviceBuffer a_, b_, d_, bias_;
-};
-
-class FallbackGemmStep final : public Step {
- public:
-  FallbackGemmStep(const GemmProblem& problem, const GemmSlots& slots, std::string fallback_reason)
-      : problem_(problem), slots_(slots), reason_(std::move(fallback_reason)) {}
-  void run(const ExecState& s) override {
-    launch_fallback_gemm(problem_, slot_pointer(s, slots_.a), slot_pointer(s, slots_.b),
-                         slot_pointer(s, slots_.c), slot_pointer(s, slots_.bias),
-                         slot_pointer(s, slots_.d), static_cast<cudaStream_t>(s.stream));
-  }
-  nlohmann::json describe() const override {
-    nlohmann::json j{
-        {"name", "cuda_f32"},
-        {"epilogue", "fused in the kernel (C, bias, activation)"},
-        {"tile", fmt::format("{}x{}x{}", kFallbackTileM, kFallbackTileN, kFallbackTileK)}};
-    if (!reason_.empty()) j["fallback_reason"] = reason_;
-    return j;
-  }
-
- private:
-  GemmProblem problem_;
-  GemmSlots slots_;
-  std::string reason_;
-};
-
-class ElementwiseStep final : public Step {
- public:
-  ElementwiseStep(const ElementwiseProblem& problem, const ElementwiseSlots& slots)
-      : problem_(problem), slots_(slots) {}
-  void run(const ExecState& s) override {
-    launch_elementwise(problem_, slot_pointer(s, slots_.x), slot_pointer(s, slots_.bias),
-                       slot_pointer(s, slots_.out), static_cast<cudaStream_t>(s.stream));
-  }
-  nlohmann::json describe() const override { return {{"name", "cuda_elementwise"}}; }
-
- private:
-  ElementwiseProblem problem_;
-  ElementwiseSlots slots_;
-};
 
 class DeviceBufferHolder final : public Buffer {
  public:
@@ -283,22 +81,21 @@ class CudaBackend final : public Backend {
     GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
     require(kernel != KernelId::CpuRef, GE2_ERROR_UNSUPPORTED,
             "the CUDA backend cannot run kernel 'cpu_ref'");
-    if (kernel == KernelId::CudaF32) return std::make_unique<FallbackGemmStep>(problem, slots, "");
+    if (kernel == KernelId::CudaF32) return make_fallback_gemm_step(problem, slots, "");
     try {
-      if (staged)
-        return std::make_unique<StagedLtGemmStep>(lt_.get(), problem, kernel, slots, *chooser_);
-      return std::make_unique<LtGemmStep>(lt_.get(), problem, kernel, slots, *chooser_);
+      if (staged) return make_staged_gemm_step(lt_.get(), problem, kernel, slots, *chooser_);
+      return make_lt_gemm_step(lt_.get(), problem, kernel, slots, *chooser_);
     } catch (const Error& error) {
       // No algorithm or an inexpressible layout: fall back, and say why in the plan.
       if (error.status() != GE2_ERROR_CUBLAS && error.status() != GE2_ERROR_UNSUPPORTED) throw;
-      return std::make_unique<FallbackGemmStep>(
+      return make_fallback_gemm_step(
           problem, slots,
           fmt::format("{} could not run this problem: {}", kernel_name(kernel), error.what()));
     }
   }
   std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                          const ElementwiseSlots& slots) override {
-    return std::make_unique<ElementwiseStep>(problem, slots);
+    return make_elementwise_step(problem, slots);
   }
   std::unique_ptr<Buffer> allocate(std::size_t bytes) override {
     GE2_CUDA_CHECK(cudaSetDevice(ordinal_));

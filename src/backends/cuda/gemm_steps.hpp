@@ -1,0 +1,32 @@
+// The CUDA backend's executable steps. Each kind of step lives in its own file;
+// the backend creates them through these functions.
+#pragma once
+
+#include <cublasLt.h>
+
+#include <memory>
+#include <string>
+
+#include "backends/cuda/algo_choice.hpp"
+#include "exec/backend.hpp"
+
+namespace ge2::cuda {
+
+// The pointer bound to `slot` for this execution (nullptr for an absent operand).
+void* slot_pointer(const ExecState& state, int slot);
+
+// cuBLASLt GEMM with its epilogue (and the erf-GELU pass where cuBLASLt has none).
+std::unique_ptr<Step> make_lt_gemm_step(cublasLtHandle_t handle, const GemmProblem& problem,
+                                        KernelId kernel, const GemmSlots& slots,
+                                        AlgoChooser& chooser);
+// The same on zero-padded aligned copies of unaligned 16-bit operands.
+std::unique_ptr<Step> make_staged_gemm_step(cublasLtHandle_t handle, const GemmProblem& problem,
+                                            KernelId kernel, const GemmSlots& slots,
+                                            AlgoChooser& chooser);
+// cuda_f32; `fallback_reason` is empty when it was chosen rather than fallen back to.
+std::unique_ptr<Step> make_fallback_gemm_step(const GemmProblem& problem, const GemmSlots& slots,
+                                              std::string fallback_reason);
+std::unique_ptr<Step> make_elementwise_step(const ElementwiseProblem& problem,
+                                            const ElementwiseSlots& slots);
+
+}  // namespace ge2::cuda

@@ -1,0 +1,88 @@
+// cuBLASLt GEMM step: descriptors and algorithm fixed at compile time; an
+// execution sets the bias pointer and calls cublasLtMatmul.
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+#include "backends/cuda/gemm_steps.hpp"
+#include "backends/cuda/kernels.hpp"
+#include "backends/cuda/lt_matmul.hpp"
+
+namespace ge2::cuda {
+namespace {
+
+std::uint32_t pointer_alignment(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t alignment = 256;
+  while (alignment > 1 && (address % alignment) != 0) alignment /= 2;
+  return alignment;
+}
+
+class LtGemmStep final : public Step {
+ public:
+  LtGemmStep(cublasLtHandle_t handle, const GemmProblem& problem, KernelId kernel,
+             const GemmSlots& slots, AlgoChooser& chooser)
+      : matmul_(handle, problem, kernel), slots_(slots), chooser_(chooser) {
+    choice_ = chooser.choose(matmul_);
+    if (matmul_.needs_separate_activation()) {
+      activation_.x = TensorType::dense(problem.dtype, 3, {problem.batch, problem.m, problem.n});
+      activation_.x.strides = {problem.d.batch_stride, problem.d.row_stride, problem.d.col_stride};
+      activation_.out = activation_.x;
+      activation_.act = problem.act;
+    }
+  }
+
+  void run(const ExecState& s) override {
+    const LtPointers pointers{slot_pointer(s, slots_.a), slot_pointer(s, slots_.b),
+                              slot_pointer(s, slots_.c), slot_pointer(s, slots_.bias),
+                              slot_pointer(s, slots_.d)};
+    const auto stream = static_cast<cudaStream_t>(s.stream);
+    const AlgoChoice& choice = choice_for(pointers);
+    matmul_.run(choice.algo, pointers, s.workspace, s.workspace_bytes, stream);
+    if (matmul_.needs_separate_activation())
+      launch_elementwise(activation_, pointers.d, nullptr, pointers.d, stream);
+  }
+
+  nlohmann::json describe() const override {
+    return {{"name", kernel_name(matmul_.kernel())},
+            {"epilogue", matmul_.epilogue_name()},
+            {"separate_activation_kernel", matmul_.needs_separate_activation()},
+            {"algo", choice_.config.to_json()},
+            {"algo_source", choice_.source},
+            {"workspace_bytes", choice_.workspace_bytes},
+            {"transpose_trick", "D^T = op(B)^T * op(A)^T, column-major"}};
+  }
+
+ private:
+  // The compiled algorithm assumes 16-byte-aligned pointers (cudaMalloc gives
+  // 256). Views at odd offsets get an algorithm chosen for their alignment once.
+  const AlgoChoice& choice_for(const LtPointers& p) {
+    std::uint32_t alignment = 256;
+    for (const void* q : {p.a, p.b, p.c, static_cast<const void*>(p.d)})
+      if (q != nullptr) alignment = std::min(alignment, pointer_alignment(q));
+    if (alignment >= 16) return choice_;
+    std::lock_guard lock(unaligned_mutex_);
+    auto& slot = unaligned_choices_[alignment];
+    if (!slot)
+      slot = std::make_unique<AlgoChoice>(chooser_.heuristic_for_alignment(matmul_, alignment));
+    return *slot;
+  }
+
+  LtMatmul matmul_;
+  GemmSlots slots_;
+  AlgoChooser& chooser_;
+  AlgoChoice choice_;
+  ElementwiseProblem activation_;
+  std::mutex unaligned_mutex_;
+  std::map<std::uint32_t, std::unique_ptr<AlgoChoice>> unaligned_choices_;
+};
+
+}  // namespace
+
+std::unique_ptr<Step> make_lt_gemm_step(cublasLtHandle_t handle, const GemmProblem& problem,
+                                        KernelId kernel, const GemmSlots& slots,
+                                        AlgoChooser& chooser) {
+  return std::make_unique<LtGemmStep>(handle, problem, kernel, slots, chooser);
+}
+
+}  // namespace ge2::cuda

@@ -1,0 +1,67 @@
+// Steps that launch one of ge2's own kernels: the cuda_f32 GEMM and the
+// elementwise bias/activation kernel.
+#include <fmt/format.h>
+
+#include "backends/cuda/gemm_steps.hpp"
+#include "backends/cuda/kernels.hpp"
+
+namespace ge2::cuda {
+
+void* slot_pointer(const ExecState& state, int slot) {
+  return slot < 0 ? nullptr : state.slots[static_cast<std::size_t>(slot)];
+}
+
+namespace {
+
+class FallbackGemmStep final : public Step {
+ public:
+  FallbackGemmStep(const GemmProblem& problem, const GemmSlots& slots, std::string fallback_reason)
+      : problem_(problem), slots_(slots), reason_(std::move(fallback_reason)) {}
+  void run(const ExecState& s) override {
+    launch_fallback_gemm(problem_, slot_pointer(s, slots_.a), slot_pointer(s, slots_.b),
+                         slot_pointer(s, slots_.c), slot_pointer(s, slots_.bias),
+                         slot_pointer(s, slots_.d), static_cast<cudaStream_t>(s.stream));
+  }
+  nlohmann::json describe() const override {
+    nlohmann::json j{
+        {"name", "cuda_f32"},
+        {"epilogue", "fused in the kernel (C, bias, activation)"},
+        {"tile", fmt::format("{}x{}x{}", kFallbackTileM, kFallbackTileN, kFallbackTileK)}};
+    if (!reason_.empty()) j["fallback_reason"] = reason_;
+    return j;
+  }
+
+ private:
+  GemmProblem problem_;
+  GemmSlots slots_;
+  std::string reason_;
+};
+
+class ElementwiseStep final : public Step {
+ public:
+  ElementwiseStep(const ElementwiseProblem& problem, const ElementwiseSlots& slots)
+      : problem_(problem), slots_(slots) {}
+  void run(const ExecState& s) override {
+    launch_elementwise(problem_, slot_pointer(s, slots_.x), slot_pointer(s, slots_.bias),
+                       slot_pointer(s, slots_.out), static_cast<cudaStream_t>(s.stream));
+  }
+  nlohmann::json describe() const override { return {{"name", "cuda_elementwise"}}; }
+
+ private:
+  ElementwiseProblem problem_;
+  ElementwiseSlots slots_;
+};
+
+}  // namespace
+
+std::unique_ptr<Step> make_fallback_gemm_step(const GemmProblem& problem, const GemmSlots& slots,
+                                              std::string fallback_reason) {
+  return std::make_unique<FallbackGemmStep>(problem, slots, std::move(fallback_reason));
+}
+
+std::unique_ptr<Step> make_elementwise_step(const ElementwiseProblem& problem,
+                                            const ElementwiseSlots& slots) {
+  return std::make_unique<ElementwiseStep>(problem, slots);
+}
+
+}  // namespace ge2::cuda
