@@ -48,12 +48,6 @@ ValueId Graph::add(Node node) {
   return size() - 1;
 }
 
-bool Graph::is_output(ValueId id) const {
-  for (const auto& output : outputs_)
-    if (output.value == id) return true;
-  return false;
-}
-
 int Graph::use_count(ValueId id) const {
   int uses = 0;
   for (const auto& node : nodes_) {

@@ -67,7 +67,6 @@ class Graph {
   const std::vector<GraphOutput>& outputs() const { return outputs_; }
   void add_output(GraphOutput output) { outputs_.push_back(std::move(output)); }
 
-  bool is_output(ValueId id) const;
   // Number of live nodes using `id` as an operand, plus one per output naming it.
   int use_count(ValueId id) const;
 

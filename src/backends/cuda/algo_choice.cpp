@@ -58,10 +58,6 @@ AlgoChoice AlgoChooser::heuristic(const LtMatmul& matmul, std::uint32_t alignmen
                           : fmt::format("heuristic for {}-byte-aligned pointers", alignment)};
 }
 
-AlgoChoice AlgoChooser::heuristic_for_alignment(const LtMatmul& matmul, std::uint32_t alignment) {
-  return heuristic(matmul, alignment);
-}
-
 std::optional<AlgoChoice> AlgoChooser::from_record(const LtMatmul& matmul, const TuneRecord& record,
                                                    std::string source) {
   try {

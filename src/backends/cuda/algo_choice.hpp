@@ -30,12 +30,12 @@ class AlgoChooser {
   ~AlgoChooser();
 
   AlgoChoice choose(LtMatmul& matmul);
-  AlgoChoice heuristic_for_alignment(const LtMatmul& matmul, std::uint32_t alignment);
+  // cuBLASLt's first choice for pointers aligned to `alignment` bytes.
+  AlgoChoice heuristic(const LtMatmul& matmul, std::uint32_t alignment) const;
   MeasuredTime measured_times();
   nlohmann::json describe() const;
 
  private:
-  AlgoChoice heuristic(const LtMatmul& matmul, std::uint32_t alignment) const;
   std::optional<AlgoChoice> from_record(const LtMatmul& matmul, const TuneRecord& record,
                                         std::string source);
   AlgoChoice tune_now(LtMatmul& matmul, const TuneKey& key);

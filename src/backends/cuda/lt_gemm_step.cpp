@@ -63,8 +63,7 @@ class LtGemmStep final : public Step {
     if (alignment >= 16) return choice_;
     std::lock_guard lock(unaligned_mutex_);
     auto& slot = unaligned_choices_[alignment];
-    if (!slot)
-      slot = std::make_unique<AlgoChoice>(chooser_.heuristic_for_alignment(matmul_, alignment));
+    if (!slot) slot = std::make_unique<AlgoChoice>(chooser_.heuristic(matmul_, alignment));
     return *slot;
   }
 
