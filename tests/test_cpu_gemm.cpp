@@ -59,6 +59,7 @@ TEST_CASE("cpu: batched, broadcast, strided and column-major operands") {
     padded.trans_b = true;
     r = run_gemm_case(context.get(), *memory, padded);
     CHECK_MESSAGE(r.error <= tolerance(dtype), padded.label() << " error " << r.error);
+    CHECK_MESSAGE(r.padding_changed == 0, padded.label() << " wrote into D's row padding");
 
     GemmCase column_major = padded;
     column_major.batch = 1;

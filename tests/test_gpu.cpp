@@ -166,6 +166,7 @@ TEST_CASE("gpu: batched, broadcast, strided, column-major and C operand") {
       c.act = GE2_ACT_GELU_TANH;
       r = run_gemm_case(context.get(), memory, c);
       CHECK_MESSAGE(r.error <= gpu_tolerance(dtype, kernel), c.label() << " error " << r.error);
+      CHECK_MESSAGE(r.padding_changed == 0, c.label() << " wrote into D's row padding");
 
       c.batch = 1;
       c.a_column_major = true;
@@ -239,6 +240,46 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("gpu: staging copies handle every row misalignment and keep D's padding intact") {
+  // Leading dimensions of odd element counts put consecutive rows at every
+  // 2-byte offset modulo 16, on both the copy in (A, B) and the copy back (D).
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  struct Shape {
+    ge2_dtype_t dtype;
+    std::int64_t m, n, k, pad_lda, pad_ldb, pad_ldd;
+    bool trans_a, trans_b;
+    ge2_activation_t act;
+  };
+  const Shape shapes[] = {
+      {GE2_DTYPE_F16, 1531, 2053, 1543, 0, 0, 0, false, false, GE2_ACT_RELU},
+      {GE2_DTYPE_F16, 1601, 1547, 2049, 3, 5, 7, false, false, GE2_ACT_GELU_ERF},
+      {GE2_DTYPE_BF16, 1543, 1601, 1537, 1, 0, 3, true, false, GE2_ACT_NONE},
+      {GE2_DTYPE_F16, 1539, 1541, 1553, 0, 2, 1, false, true, GE2_ACT_GELU_TANH},
+  };
+  for (const Shape& shape : shapes) {
+    GemmCase c;
+    c.dtype = shape.dtype;
+    c.m = shape.m;
+    c.n = shape.n;
+    c.k = shape.k;
+    c.pad_lda = shape.pad_lda;
+    c.pad_ldb = shape.pad_ldb;
+    c.pad_ldd = shape.pad_ldd;
+    c.trans_a = shape.trans_a;
+    c.trans_b = shape.trans_b;
+    c.has_bias = true;
+    c.act = shape.act;
+    const auto r = run_gemm_case(context.get(), memory, c);
+    const auto plan = nlohmann::json::parse(r.plan_json);
+    const auto& step = plan["steps"][0];
+    CHECK_MESSAGE(step["kernel"].value("staged", false), c.label() << " was not staged");
+    CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
+    CHECK_MESSAGE(r.padding_changed == 0, c.label() << " wrote into D's row padding");
+    MESSAGE(c.label() << " staged, error " << r.error);
+  }
+}
+
 TEST_CASE("gpu: the tuner end to end: tune mode stores the winner, a cached context reuses it") {
   const std::string db = "/tmp/ge2-gpu-test-tunedb-" + std::to_string(::getpid()) + ".sqlite";
   std::remove(db.c_str());
@@ -286,6 +327,7 @@ TEST_CASE("gpu: host pointers are staged, and one-shot calls match fp64") {
   c.act = GE2_ACT_RELU;
   const auto r = run_gemm_case(context.get(), *host, c);
   CHECK(r.error <= 1e-2);
+  CHECK(r.padding_changed == 0);
 }
 
 TEST_CASE("gpu: device out of memory is GE2_ERROR_OUT_OF_MEMORY and the context stays usable") {

@@ -3,6 +3,9 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <cmath>
+#include <vector>
+
 namespace ge2::test {
 
 ContextPtr make_context(ge2_device_kind_t device) {
@@ -61,6 +64,24 @@ ge2_status_t compile_with_huge_intermediate(ge2_context_t* context, std::int64_t
   options.fuse = 0;  // keeps the intermediate
   return ge2_plan_compile(context, graph.get(), &options, plan);
 }
+
+namespace {
+
+std::int64_t padding_changed(const HostTensor& t) {
+  std::vector<bool> inside(static_cast<std::size_t>(t.span()), false);
+  const std::int64_t batch = t.rank == 3 ? t.shape[0] : 1;
+  const std::int64_t rows = t.shape[t.rank - 2], cols = t.shape[t.rank - 1];
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < cols; ++j)
+        inside[static_cast<std::size_t>(t.offset(b, i, j))] = true;
+  std::int64_t changed = 0;
+  for (std::int64_t e = 0; e < t.span(); ++e)
+    if (!inside[static_cast<std::size_t>(e)] && !std::isnan(t.get(e))) ++changed;
+  return changed;
+}
+
+}  // namespace
 
 GemmResult run_gemm_case(ge2_context_t* context, Memory& memory, const GemmCase& c) {
   INFO(c.label());
@@ -141,7 +162,7 @@ GemmResult run_gemm_case(ge2_context_t* context, Memory& memory, const GemmCase&
       gemm_reference(a, b, c.with_c ? &cm : nullptr, c.has_bias ? &bias : nullptr, ref);
   const char* json = nullptr;
   GE2_CHECK(ge2_plan_describe(plan.get(), &json));
-  return {relative_error(d, expected), json};
+  return {relative_error(d, expected), json, padding_changed(d)};
 }
 
 }  // namespace ge2::test

@@ -58,6 +58,9 @@ struct GemmCase {
 struct GemmResult {
   double error = 0;
   std::string plan_json;
+  // Elements of D's allocation outside its logical view (row padding) that the
+  // execution changed: they were poisoned with NaN and must stay so.
+  std::int64_t padding_changed = 0;
 };
 
 // Compiles (without fusion) a graph whose [2^20, cols] f32 intermediate is far

@@ -72,54 +72,6 @@ __global__ void elementwise_vectorised(ElementwiseParams p) {
   }
 }
 
-struct CopyParams {
-  const void* src;
-  void* dst;
-  long long batch, src_rows, src_cols, dst_rows, dst_cols;
-  long long s_bs, s_rs, s_cs, d_bs, d_rs, d_cs;
-};
-
-// 2-D grid: y strides over rows, x over row segments of kThreads * kChunk
-// elements. A segment is read with consecutive threads on consecutive elements
-// (coalesced whatever the row's alignment), transposed through shared memory,
-// and written as one 16-byte vector per thread when the destination allows.
-template <typename T, int kThreads>
-__global__ void __launch_bounds__(kThreads) copy_matrix_kernel(CopyParams p, bool vector_store) {
-  constexpr int kChunk = 16 / sizeof(T);
-  constexpr int kSegment = kThreads * kChunk;
-  __shared__ alignas(16) T segment[kSegment];
-  const long long rows_total = p.batch * p.dst_rows;
-  const T* src = static_cast<const T*>(p.src);
-  T* dst = static_cast<T*>(p.dst);
-  const long long segments = (p.dst_cols + kSegment - 1) / kSegment;
-  for (long long row = blockIdx.y; row < rows_total; row += gridDim.y) {
-    const long long z = row / p.dst_rows, i = row - z * p.dst_rows;
-    const bool row_inside = i < p.src_rows;
-    const T* src_row = src + z * p.s_bs + i * p.s_rs;
-    T* dst_row = dst + z * p.d_bs + i * p.d_rs;
-    for (long long seg = blockIdx.x; seg < segments; seg += gridDim.x) {
-      const long long base = seg * kSegment;
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) {
-        const int local = e * kThreads + static_cast<int>(threadIdx.x);
-        const long long j = base + local;
-        segment[local] = (row_inside && j < p.src_cols) ? src_row[j * p.s_cs] : from_float<T>(0.0f);
-      }
-      __syncthreads();
-      const long long j0 = base + static_cast<long long>(threadIdx.x) * kChunk;
-      const T* mine = segment + threadIdx.x * kChunk;
-      if (vector_store && j0 + kChunk <= p.dst_cols) {
-        *reinterpret_cast<uint4*>(dst_row + j0) = *reinterpret_cast<const uint4*>(mine);
-      } else {
-#pragma unroll
-        for (int e = 0; e < kChunk; ++e)
-          if (j0 + e < p.dst_cols) dst_row[(j0 + e) * p.d_cs] = mine[e];
-      }
-      __syncthreads();
-    }
-  }
-}
-
 dim3 grid_2d(long long rows_total, long long per_row_items, int threads) {
   const long long x = std::min<long long>((per_row_items + threads - 1) / threads, 64);
   const long long y = std::min<long long>(rows_total, 65535);
@@ -149,32 +101,6 @@ void launch_typed(const ElementwiseParams& p, bool vectorise, cudaStream_t strea
 }
 
 }  // namespace
-
-void launch_copy_matrix(DType dtype, const MatrixView& src, const void* src_data,
-                        const MatrixView& dst, void* dst_data, cudaStream_t stream) {
-  const CopyParams p{src_data,       dst_data,       dst.batch,        src.rows,
-                     src.cols,       dst.rows,       dst.cols,         src.batch_stride,
-                     src.row_stride, src.col_stride, dst.batch_stride, dst.row_stride,
-                     dst.col_stride};
-  constexpr int kThreads = 128;
-  const long long chunk = 16 / static_cast<long long>(dtype_size(dtype));
-  const bool vector_store = dst.col_stride == 1 && dst.row_stride % chunk == 0 &&
-                            dst.batch_stride % chunk == 0 && aligned16(dst_data);
-  // x counts row segments of kThreads * chunk elements (one per block).
-  const dim3 grid = grid_2d(dst.batch * dst.rows, (dst.cols + chunk - 1) / chunk, kThreads);
-  switch (dtype) {
-    case DType::F16:
-      copy_matrix_kernel<__half, kThreads><<<grid, kThreads, 0, stream>>>(p, vector_store);
-      break;
-    case DType::BF16:
-      copy_matrix_kernel<__nv_bfloat16, kThreads><<<grid, kThreads, 0, stream>>>(p, vector_store);
-      break;
-    case DType::F32:
-      copy_matrix_kernel<float, kThreads><<<grid, kThreads, 0, stream>>>(p, vector_store);
-      break;
-  }
-  GE2_CUDA_CHECK(cudaGetLastError());
-}
 
 void launch_elementwise(const ElementwiseProblem& pr, const void* x, const void* bias, void* out,
                         cudaStream_t stream) {
