@@ -1,11 +1,16 @@
 // bench_gemm: ge2's kernel paths side by side on a documented list of shapes.
 //
-// For each shape and path: median of >= 20 timed runs (CUDA events around each
-// run, after warm-up), rotating through input sets that together exceed twice
-// the L2 cache, random data; TFLOP/s and the fraction of this run's best
-// lt_f16 rate; error against an fp64 reference on 256 sampled output elements.
-// Also: host overhead per executed node and CUDA-graph replay of a 4-layer MLP.
+// For each shape and path: median of 25 timed groups after warm-up; a group is
+// a run of back-to-back executions (about 2 ms of GPU work, at most 50) between
+// two CUDA events, rotating through input sets that together exceed twice the
+// L2 cache, random data -- the method of bench/peers.py, so that host cost only
+// shows where it exceeds the GPU time. TFLOP/s and the fraction of this run's
+// best lt_f16 rate; error against an fp64 reference on 256 sampled outputs.
+// Also: tuned against heuristic algorithms timed in alternation, host overhead
+// per executed node (and what cublasLtMatmul alone costs on the host), and
+// CUDA-graph replay of an MLP.
 // Writes bench_gemm.csv, bench_gemm.json and bench_gemm.md to --out.
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -47,16 +52,33 @@ struct Shape {
 
 // The documented shape list (docs/benchmarks.md).
 const std::vector<Shape> kShapes = {
-    {1, 1024, 1024, 1024, "square"},   {1, 2048, 2048, 2048, "square"},
-    {1, 4096, 4096, 4096, "square"},   {1, 8192, 8192, 8192, "square"},
-    {1, 16384, 4096, 1024, "ffn"},     {1, 16384, 1024, 4096, "ffn"},
-    {1, 1, 4096, 4096, "small-m"},     {1, 16, 4096, 4096, "small-m"},
-    {1, 128, 4096, 4096, "small-m"},   {1, 1000, 1000, 1000, "odd"},
-    {1, 4095, 4097, 4093, "odd"},      {1, 3001, 2999, 4097, "odd"},
-    {16, 1024, 1024, 1024, "batched"}, {64, 256, 256, 256, "batched"},
-    {1, 4096, 4096, 8, "small-k"},     {1, 4096, 4096, 16, "small-k"},
-    {1, 8192, 1024, 4, "small-k"},     {1, 32, 32, 32, "tiny"},
-    {1, 100, 36, 20, "tiny"}};
+    {1, 1024, 1024, 1024, "square"},
+    {1, 2048, 2048, 2048, "square"},
+    {1, 4096, 4096, 4096, "square"},
+    {1, 8192, 8192, 8192, "square"},
+    {1, 16384, 4096, 1024, "ffn"},
+    {1, 16384, 1024, 4096, "ffn"},
+    {1, 1, 4096, 4096, "small-m"},
+    {1, 16, 4096, 4096, "small-m"},
+    {1, 128, 4096, 4096, "small-m"},
+    {1, 1000, 1000, 1000, "odd"},
+    {1, 4095, 4097, 4093, "odd"},
+    {1, 3001, 2999, 4097, "odd"},
+    {16, 1024, 1024, 1024, "batched"},
+    {64, 256, 256, 256, "batched"},
+    {1, 4096, 4096, 8, "small-k"},
+    {1, 4096, 4096, 16, "small-k"},
+    {1, 8192, 1024, 4, "small-k"},
+    {1, 32, 32, 32, "tiny"},
+    {1, 100, 36, 20, "tiny"},
+    // Held out: added after the selector's model was fitted (run 3), never used to fit it.
+    {1, 4096, 11008, 4096, "holdout"},
+    {1, 256, 4096, 14336, "holdout"},
+    {1, 768, 3072, 768, "holdout"},
+    {4, 512, 4096, 1024, "holdout"},
+    {1, 2049, 1023, 513, "holdout"},
+    {1, 511, 513, 509, "holdout"},
+    {1, 4096, 4096, 32, "holdout"}};
 
 std::uint16_t to_half(float v) {
   std::uint32_t x;
@@ -122,14 +144,35 @@ struct Path {
   ge2_activation_t act;
   bool fuse = true;  // false: GEMM, bias add and activation as separate steps
   ge2_tune_mode_t tune = GE2_TUNE_OFF;
+  bool has_bias = true;
+  bool allow_staging = true;
 };
 
 struct Result {
   Shape shape;
   Path path;
   double median_us = 0, min_us = 0, tflops = 0, err_mean = 0, err_max = 0;
+  int group = 1;  // executions per timed group
   std::string chosen;
 };
+
+// Tuned and heuristic plans of one shape, timed in alternation.
+struct TunedComparison {
+  Shape shape;
+  double heuristic_us = 0, tuned_us = 0;
+  double heuristic_spread = 0, tuned_spread = 0;  // (p90 - p10) / median
+  std::string heuristic_algo, tuned_algo;
+};
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+double spread_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const double p10 = v[v.size() / 10], p90 = v[v.size() * 9 / 10];
+  return (p90 - p10) / v[v.size() / 2];
+}
 
 double act_ref(ge2_activation_t act, double x) {
   switch (act) {
@@ -144,6 +187,103 @@ double act_ref(ge2_activation_t act, double x) {
   }
 }
 
+// Device buffers of one shape: rotating A/B sets larger than twice the L2, bias, D.
+class Operands {
+ public:
+  Operands(const Shape& s, ge2_dtype_t dtype, int l2_bytes)
+      : rng_(static_cast<unsigned>(s.m * 131 + s.n * 7 + s.k + s.batch)) {
+    const std::size_t elem = dtype == GE2_DTYPE_F32 ? 4 : 2;
+    const std::size_t a_count = static_cast<std::size_t>(s.batch * s.m * s.k),
+                      b_count = static_cast<std::size_t>(s.batch * s.k * s.n);
+    d_bytes_ = static_cast<std::size_t>(s.batch * s.m * s.n) * elem;
+    a = random_operand(dtype, a_count, 1.0, rng_);
+    b = random_operand(dtype, b_count, 1.0 / std::sqrt(static_cast<double>(s.k)), rng_);
+    bias = random_operand(dtype, static_cast<std::size_t>(s.n), 0.5, rng_);
+    const std::size_t set_bytes = (a_count + b_count) * elem;
+    sets = static_cast<int>(
+        std::clamp<std::size_t>((2 * static_cast<std::size_t>(l2_bytes)) / set_bytes + 1, 1,
+                                std::max<std::size_t>(1, (std::size_t{3} << 30) / set_bytes)));
+    for (int i = 0; i < sets; ++i) {
+      da_.push_back(upload(a));
+      db_.push_back(upload(b));
+    }
+    dbias_ = upload(bias);
+    CUDA_OR_DIE(cudaMalloc(&dd_, d_bytes_));
+    CUDA_OR_DIE(cudaMemset(dd_, 0xff, d_bytes_));  // NaN: unwritten elements show as errors
+  }
+  ~Operands() {
+    for (void* p : da_) cudaFree(p);
+    for (void* p : db_) cudaFree(p);
+    cudaFree(dbias_);
+    cudaFree(dd_);
+  }
+  Operands(const Operands&) = delete;
+  Operands& operator=(const Operands&) = delete;
+
+  void execute(ge2_plan_t* plan, int set, cudaStream_t stream, bool with_bias = true) const {
+    const auto i = static_cast<std::size_t>(set % sets);
+    ge2_binding_t bindings[] = {{"a", da_[i]}, {"b", db_[i]}, {"d", dd_}, {"bias", dbias_}};
+    GE2_OK_OR_DIE(ge2_plan_execute(plan, bindings, with_bias ? 4 : 3, stream));
+  }
+  std::vector<unsigned char> download_d() const {
+    std::vector<unsigned char> out(d_bytes_);
+    CUDA_OR_DIE(cudaMemcpy(out.data(), dd_, out.size(), cudaMemcpyDeviceToHost));
+    return out;
+  }
+  std::mt19937& rng() { return rng_; }
+
+  HostOperand a, b, bias;
+  int sets = 1;
+
+ private:
+  static void* upload(const HostOperand& h) {
+    void* p = nullptr;
+    CUDA_OR_DIE(cudaMalloc(&p, h.bytes()));
+    CUDA_OR_DIE(cudaMemcpy(p, h.data(), h.bytes(), cudaMemcpyHostToDevice));
+    return p;
+  }
+  std::mt19937 rng_;
+  std::vector<void*> da_, db_;
+  void *dbias_ = nullptr, *dd_ = nullptr;
+  std::size_t d_bytes_ = 0;
+};
+
+// Times groups of back-to-back executions between two events.
+class GroupTimer {
+ public:
+  GroupTimer() {
+    CUDA_OR_DIE(cudaEventCreate(&start_));
+    CUDA_OR_DIE(cudaEventCreate(&stop_));
+  }
+  ~GroupTimer() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  GroupTimer(const GroupTimer&) = delete;
+  GroupTimer& operator=(const GroupTimer&) = delete;
+
+  // Executions per group so that a group holds about 2 ms of GPU work (1..50).
+  template <typename Body>
+  int group_size(Body&& body, cudaStream_t stream) {
+    const double single = time_group(body, 1, 0, stream);
+    return static_cast<int>(std::clamp(2000.0 / std::max(single, 1.0), 1.0, 50.0));
+  }
+  // Mean microseconds per execution over one group.
+  template <typename Body>
+  double time_group(Body&& body, int group, int first_set, cudaStream_t stream) {
+    CUDA_OR_DIE(cudaEventRecord(start_, stream));
+    for (int i = 0; i < group; ++i) body(first_set + i);
+    CUDA_OR_DIE(cudaEventRecord(stop_, stream));
+    CUDA_OR_DIE(cudaEventSynchronize(stop_));
+    float ms = 0;
+    CUDA_OR_DIE(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms * 1e3 / group;
+  }
+
+ private:
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
 class Bench {
  public:
   Bench(ge2_context_t* heuristic_ctx, ge2_context_t* tune_ctx)
@@ -156,77 +296,59 @@ class Bench {
   }
 
   Result run(const Shape& s, const Path& path, int reps) {
-    std::mt19937 rng(static_cast<unsigned>(s.m * 131 + s.n * 7 + s.k + s.batch));
-    const std::size_t elem = path.dtype == GE2_DTYPE_F32 ? 4 : 2;
-    const std::size_t a_count = static_cast<std::size_t>(s.batch * s.m * s.k),
-                      b_count = static_cast<std::size_t>(s.batch * s.k * s.n);
-    const std::size_t d_count = static_cast<std::size_t>(s.batch * s.m * s.n);
-    HostOperand a = random_operand(path.dtype, a_count, 1.0, rng);
-    HostOperand b =
-        random_operand(path.dtype, b_count, 1.0 / std::sqrt(static_cast<double>(s.k)), rng);
-    HostOperand bias = random_operand(path.dtype, static_cast<std::size_t>(s.n), 0.5, rng);
-    const std::size_t set_bytes = (a_count + b_count) * elem;
-    const int sets = static_cast<int>(
-        std::clamp<std::size_t>((2 * static_cast<std::size_t>(l2_bytes_)) / set_bytes + 1, 1,
-                                std::max<std::size_t>(1, (std::size_t{3} << 30) / set_bytes)));
-    std::vector<void*> da(static_cast<std::size_t>(sets)), db(static_cast<std::size_t>(sets));
-    for (int i = 0; i < sets; ++i) {
-      CUDA_OR_DIE(cudaMalloc(&da[static_cast<std::size_t>(i)], a.bytes()));
-      CUDA_OR_DIE(cudaMalloc(&db[static_cast<std::size_t>(i)], b.bytes()));
-      CUDA_OR_DIE(
-          cudaMemcpy(da[static_cast<std::size_t>(i)], a.data(), a.bytes(), cudaMemcpyHostToDevice));
-      CUDA_OR_DIE(
-          cudaMemcpy(db[static_cast<std::size_t>(i)], b.data(), b.bytes(), cudaMemcpyHostToDevice));
-    }
-    void *dbias = nullptr, *dd = nullptr;
-    CUDA_OR_DIE(cudaMalloc(&dbias, bias.bytes()));
-    CUDA_OR_DIE(cudaMemcpy(dbias, bias.data(), bias.bytes(), cudaMemcpyHostToDevice));
-    CUDA_OR_DIE(cudaMalloc(&dd, d_count * elem));
-    CUDA_OR_DIE(cudaMemset(dd, 0xff, d_count * elem));  // NaN: unwritten elements show as errors
-
+    Operands ops(s, path.dtype, l2_bytes_);
     ge2_plan_t* plan = compile(s, path);
     Result r{s, path};
     r.chosen = chosen_kernel(plan);
-    auto execute = [&](int set) {
-      ge2_binding_t bindings[] = {{"a", da[static_cast<std::size_t>(set)]},
-                                  {"b", db[static_cast<std::size_t>(set)]},
-                                  {"bias", dbias},
-                                  {"d", dd}};
-      GE2_OK_OR_DIE(ge2_plan_execute(plan, bindings, 4, stream_));
-    };
-    execute(0);
+    ops.execute(plan, 0, stream_, path.has_bias);
     CUDA_OR_DIE(cudaStreamSynchronize(stream_));
     // Errors on sampled outputs of set 0 (all sets hold the same values).
-    std::vector<unsigned char> out(d_count * elem);
-    CUDA_OR_DIE(cudaMemcpy(out.data(), dd, out.size(), cudaMemcpyDeviceToHost));
-    sample_errors(s, path, a, b, bias, out, r, rng);
+    sample_errors(s, path, ops.a, ops.b, ops.bias, ops.download_d(), r, ops.rng());
 
-    for (int w = 0; w < 3; ++w) execute(w % sets);
-    cudaEvent_t start, stop;
-    CUDA_OR_DIE(cudaEventCreate(&start));
-    CUDA_OR_DIE(cudaEventCreate(&stop));
+    auto body = [&](int set) { ops.execute(plan, set, stream_, path.has_bias); };
+    for (int w = 0; w < 3; ++w) body(w);
+    GroupTimer timer;
+    r.group = timer.group_size(body, stream_);
     std::vector<double> times;
-    for (int i = 0; i < reps; ++i) {
-      CUDA_OR_DIE(cudaEventRecord(start, stream_));
-      execute(i % sets);
-      CUDA_OR_DIE(cudaEventRecord(stop, stream_));
-      CUDA_OR_DIE(cudaEventSynchronize(stop));
-      float ms = 0;
-      CUDA_OR_DIE(cudaEventElapsedTime(&ms, start, stop));
-      times.push_back(ms * 1e3);
-    }
+    for (int i = 0; i < reps; ++i) times.push_back(timer.time_group(body, r.group, i, stream_));
     std::sort(times.begin(), times.end());
     r.median_us = times[times.size() / 2];
     r.min_us = times.front();
     r.tflops = 2.0 * s.batch * s.m * s.n * s.k / (r.median_us * 1e6);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
     ge2_plan_destroy(plan);
-    for (void* p : da) cudaFree(p);
-    for (void* p : db) cudaFree(p);
-    cudaFree(dbias);
-    cudaFree(dd);
     return r;
+  }
+
+  // The heuristic's and the tuner's algorithm for one f16 bias+ReLU layer, timed
+  // in alternation (group by group) so that clock and thermal drift hit both.
+  TunedComparison compare_tuned(const Shape& s, int rounds) {
+    const Path heuristic{"heuristic", "lt_f16", GE2_DTYPE_F16, GE2_ACT_RELU};
+    Path tuned = heuristic;
+    tuned.tune = GE2_TUNE_TUNE;
+    Operands ops(s, GE2_DTYPE_F16, l2_bytes_);
+    ge2_plan_t* plans[2] = {compile(s, heuristic), compile(s, tuned)};
+    TunedComparison c{s};
+    c.heuristic_algo = algo_summary(plans[0]);
+    c.tuned_algo = algo_summary(plans[1]);
+    GroupTimer timer;
+    std::vector<double> times[2];
+    int group = 1;
+    for (int p = 0; p < 2; ++p) {
+      auto body = [&](int set) { ops.execute(plans[p], set, stream_); };
+      for (int w = 0; w < 3; ++w) body(w);
+      group = std::max(group, timer.group_size(body, stream_));
+    }
+    for (int round = 0; round < rounds; ++round)
+      for (int p = 0; p < 2; ++p)
+        times[p].push_back(timer.time_group([&](int set) { ops.execute(plans[p], set, stream_); },
+                                            group, round, stream_));
+    c.heuristic_us = median_of(times[0]);
+    c.tuned_us = median_of(times[1]);
+    c.heuristic_spread = spread_of(times[0]);
+    c.tuned_spread = spread_of(times[1]);
+    ge2_plan_destroy(plans[0]);
+    ge2_plan_destroy(plans[1]);
+    return c;
   }
 
   cudaStream_t stream() const { return stream_; }
@@ -256,7 +378,7 @@ class Bench {
     GE2_OK_OR_DIE(ge2_graph_add_input(graph, "b", &db, &b));
     GE2_OK_OR_DIE(ge2_graph_add_input(graph, "bias", &dbias, &bias));
     GE2_OK_OR_DIE(ge2_graph_add_gemm(graph, a, b, GE2_NO_VALUE, nullptr, &out));
-    GE2_OK_OR_DIE(ge2_graph_add_bias(graph, out, bias, &out));
+    if (path.has_bias) GE2_OK_OR_DIE(ge2_graph_add_bias(graph, out, bias, &out));
     if (path.act != GE2_ACT_NONE)
       GE2_OK_OR_DIE(ge2_graph_add_activation(graph, out, path.act, &out));
     GE2_OK_OR_DIE(ge2_graph_mark_output(graph, out, "d", nullptr));
@@ -264,6 +386,7 @@ class Bench {
     ge2_compile_options_init(&options);
     options.fuse = path.fuse;
     options.allow_tf32 = 1;
+    options.allow_staging = path.allow_staging;
     options.force_kernel = path.kernel.empty() ? nullptr : path.kernel.c_str();
     ge2_plan_t* plan = nullptr;
     GE2_OK_OR_DIE(
@@ -280,10 +403,18 @@ class Bench {
     for (const auto& step : j["steps"]) {
       if (!names.empty()) names += "+";
       names += step["kernel"]["name"].get<std::string>();
+      if (step["kernel"].value("staged", false)) names += " staged";
       if (step["kernel"].contains("algo_source"))
         names += "(" + step["kernel"]["algo_source"].get<std::string>().substr(0, 9) + ")";
     }
     return names;
+  }
+
+  static std::string algo_summary(ge2_plan_t* plan) {
+    const char* text = nullptr;
+    GE2_OK_OR_DIE(ge2_plan_describe(plan, &text));
+    const auto step = nlohmann::json::parse(text)["steps"][0]["kernel"];
+    return step.contains("algo") ? step["algo"].dump() : std::string("-");
   }
 
   static void sample_errors(const Shape& s, const Path& path, const HostOperand& a,
@@ -299,7 +430,8 @@ class Bench {
       for (std::int64_t kk = 0; kk < s.k; ++kk)
         acc += a.get(static_cast<std::size_t>((z * s.m + i) * s.k + kk)) *
                b.get(static_cast<std::size_t>((z * s.k + kk) * s.n + j));
-      const double want = act_ref(path.act, acc + bias.get(static_cast<std::size_t>(j)));
+      const double want =
+          act_ref(path.act, acc + (path.has_bias ? bias.get(static_cast<std::size_t>(j)) : 0.0));
       const std::size_t index = static_cast<std::size_t>((z * s.m + i) * s.n + j);
       double got;
       if (path.dtype == GE2_DTYPE_F32) {
@@ -342,6 +474,77 @@ ge2_context_t* make_context(ge2_tune_mode_t mode, const std::string& tunedb) {
   ge2_context_t* context = nullptr;
   GE2_OK_OR_DIE(ge2_context_create(GE2_API_VERSION, &options, &context));
   return context;
+}
+
+// The floor under ge2's per-node host cost: cublasLtMatmul alone, called with
+// descriptors and an algorithm prepared once (as ge2's steps do), for one
+// hidden x hidden f16 layer with the bias+ReLU epilogue. Median host us per call.
+double cublaslt_host_us_per_call(cudaStream_t stream, std::int64_t batch, std::int64_t hidden) {
+#define LT_OR_DIE(call)                                                    \
+  do {                                                                     \
+    cublasStatus_t st_ = (call);                                           \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                    \
+      fmt::print(stderr, "{} failed: {}\n", #call, static_cast<int>(st_)); \
+      std::exit(1);                                                        \
+    }                                                                      \
+  } while (0)
+  cublasLtHandle_t lt;
+  LT_OR_DIE(cublasLtCreate(&lt));
+  cublasLtMatmulDesc_t desc;
+  LT_OR_DIE(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
+  LT_OR_DIE(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                           sizeof(epilogue)));
+  void *a, *b, *bias, *d, *workspace;
+  const std::size_t workspace_bytes = std::size_t{32} << 20;
+  CUDA_OR_DIE(cudaMalloc(&a, static_cast<std::size_t>(batch * hidden * 2)));
+  CUDA_OR_DIE(cudaMalloc(&b, static_cast<std::size_t>(hidden * hidden * 2)));
+  CUDA_OR_DIE(cudaMalloc(&bias, static_cast<std::size_t>(hidden * 2)));
+  CUDA_OR_DIE(cudaMalloc(&d, static_cast<std::size_t>(batch * hidden * 2)));
+  CUDA_OR_DIE(cudaMalloc(&workspace, workspace_bytes));
+  CUDA_OR_DIE(cudaMemset(a, 0, static_cast<std::size_t>(batch * hidden * 2)));
+  CUDA_OR_DIE(cudaMemset(b, 0, static_cast<std::size_t>(hidden * hidden * 2)));
+  CUDA_OR_DIE(cudaMemset(bias, 0, static_cast<std::size_t>(hidden * 2)));
+  LT_OR_DIE(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  // Column-major D^T (hidden x batch) = B^T (hidden x hidden) * A^T (hidden x batch).
+  cublasLtMatrixLayout_t lb, la, ld;
+  LT_OR_DIE(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16F, hidden, hidden, hidden));
+  LT_OR_DIE(cublasLtMatrixLayoutCreate(&la, CUDA_R_16F, hidden, batch, hidden));
+  LT_OR_DIE(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16F, hidden, batch, hidden));
+  cublasLtMatmulPreference_t preference;
+  LT_OR_DIE(cublasLtMatmulPreferenceCreate(&preference));
+  LT_OR_DIE(cublasLtMatmulPreferenceSetAttribute(preference,
+                                                 CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &workspace_bytes, sizeof(workspace_bytes)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  LT_OR_DIE(
+      cublasLtMatmulAlgoGetHeuristic(lt, desc, lb, la, ld, ld, preference, 1, &result, &returned));
+  const float alpha = 1.0f, beta = 0.0f;
+  auto call = [&] {
+    LT_OR_DIE(cublasLtMatmul(lt, desc, &alpha, b, lb, a, la, &beta, d, ld, d, ld, &result.algo,
+                             workspace, workspace_bytes, stream));
+  };
+  for (int i = 0; i < 50; ++i) call();
+  CUDA_OR_DIE(cudaStreamSynchronize(stream));
+  std::vector<double> host_us;
+  for (int rep = 0; rep < 31; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 100; ++i) call();
+    const auto t1 = std::chrono::steady_clock::now();
+    CUDA_OR_DIE(cudaStreamSynchronize(stream));
+    host_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 100);
+  }
+  cublasLtMatmulPreferenceDestroy(preference);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(desc);
+  cublasLtDestroy(lt);
+  for (void* p : {a, b, bias, d, workspace}) cudaFree(p);
+#undef LT_OR_DIE
+  return median_of(host_us);
 }
 
 // Host time to enqueue one execution of an N-layer 32-wide MLP, per node, and
@@ -445,6 +648,7 @@ nlohmann::json measure_overhead(ge2_context_t* context, cudaStream_t stream, int
           {"hidden", hidden},
           {"host_us_per_execute", host_us[host_us.size() / 2]},
           {"host_us_per_node", host_us[host_us.size() / 2] / layers},
+          {"cublaslt_alone_host_us_per_call", cublaslt_host_us_per_call(stream, batch, hidden)},
           {"eager_us_per_execute", eager_us},
           {"graph_replay_us", replay_us}};
 }
@@ -482,7 +686,13 @@ int main(int argc, char** argv) {
       {"lt_f16 bias+gelu_erf", "lt_f16", GE2_DTYPE_F16, GE2_ACT_GELU_ERF},
       {"lt_f16 bias+relu tuned", "lt_f16", GE2_DTYPE_F16, GE2_ACT_RELU, true, GE2_TUNE_TUNE},
       {"selector bias+relu", "", GE2_DTYPE_F16, GE2_ACT_RELU},
+      // The GEMM alone, against which torch.mm is the ceiling.
+      {"lt_f16 gemm only", "lt_f16", GE2_DTYPE_F16, GE2_ACT_NONE, true, GE2_TUNE_OFF, false},
+      // Unaligned shapes only: what the staging decision is weighed against.
+      {"lt_f16 bias+relu unstaged", "lt_f16", GE2_DTYPE_F16, GE2_ACT_RELU, true, GE2_TUNE_OFF, true,
+       false},
   };
+  auto aligned = [](const Shape& s) { return s.m % 8 == 0 && s.n % 8 == 0 && s.k % 8 == 0; };
   std::vector<Result> results;
   for (const Shape& s : kShapes) {
     if (quick && s.m * s.n * s.k > (std::int64_t{1} << 33)) continue;
@@ -491,6 +701,7 @@ int main(int argc, char** argv) {
       if ((p.kernel == "cuda_f32" || p.kernel == "lt_f32") &&
           s.m * s.n * s.k * s.batch > (std::int64_t{1} << 37))
         continue;
+      if (!p.allow_staging && aligned(s)) continue;
       Result r = bench.run(s, p, reps);
       fmt::print(
           "{:>3}x{:>5}x{:>5}x{:>5}  {:<30} {:>10.1f} us {:>8.1f} TFLOP/s  err mean {:.1e} max "
@@ -499,6 +710,17 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       results.push_back(r);
     }
+  }
+  std::vector<TunedComparison> comparisons;
+  for (const Shape& s : kShapes) {
+    if (quick && s.m * s.n * s.k > (std::int64_t{1} << 33)) continue;
+    comparisons.push_back(bench.compare_tuned(s, 15));
+    const auto& c = comparisons.back();
+    fmt::print(
+        "tuned vs heuristic {}x{}x{}x{}: {:.2f} vs {:.2f} us ({:.3f}x), spread {:.1f}% / {:.1f}%\n",
+        s.batch, s.m, s.n, s.k, c.tuned_us, c.heuristic_us, c.heuristic_us / c.tuned_us,
+        100 * c.tuned_spread, 100 * c.heuristic_spread);
+    std::fflush(stdout);
   }
   double peak = 0;
   for (const auto& r : results)
@@ -517,7 +739,20 @@ int main(int argc, char** argv) {
                    {"reps", reps},
                    {"best_f16_tflops", peak},
                    {"overhead", overhead},
+                   {"tuned_vs_heuristic", nlohmann::json::array()},
                    {"results", nlohmann::json::array()}};
+  for (const auto& c : comparisons)
+    j["tuned_vs_heuristic"].push_back({{"batch", c.shape.batch},
+                                       {"m", c.shape.m},
+                                       {"n", c.shape.n},
+                                       {"k", c.shape.k},
+                                       {"heuristic_us", c.heuristic_us},
+                                       {"tuned_us", c.tuned_us},
+                                       {"speedup", c.heuristic_us / c.tuned_us},
+                                       {"heuristic_spread", c.heuristic_spread},
+                                       {"tuned_spread", c.tuned_spread},
+                                       {"heuristic_algo", c.heuristic_algo},
+                                       {"tuned_algo", c.tuned_algo}});
   std::ofstream csv(out_dir + "/bench_gemm.csv");
   csv << "batch,m,n,k,group,path,kernel,dtype,median_us,min_us,tflops,fraction_of_best_f16,err_"
          "mean,err_max\n";
@@ -546,18 +781,28 @@ int main(int argc, char** argv) {
                             {"dtype", dt},
                             {"median_us", r.median_us},
                             {"min_us", r.min_us},
+                            {"group", r.group},
                             {"tflops", r.tflops},
                             {"err_mean", r.err_mean},
                             {"err_max", r.err_max}});
   }
-  md << "\n| layers | batch | hidden | host us / execute | host us / node | eager us / execute | "
-        "CUDA-graph replay us |\n|---:|---:|---:|---:|---:|---:|---:|\n";
+  md << "\n| layers | batch | hidden | host us / execute | host us / node | cublasLtMatmul alone, "
+        "host us / call | eager us / execute | CUDA-graph replay us |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& o : overhead)
-    md << fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |\n",
+    md << fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |\n",
                       o["layers"].get<int>(), o["batch"].get<std::int64_t>(),
                       o["hidden"].get<std::int64_t>(), o["host_us_per_execute"].get<double>(),
-                      o["host_us_per_node"].get<double>(), o["eager_us_per_execute"].get<double>(),
-                      o["graph_replay_us"].get<double>());
+                      o["host_us_per_node"].get<double>(),
+                      o["cublaslt_alone_host_us_per_call"].get<double>(),
+                      o["eager_us_per_execute"].get<double>(), o["graph_replay_us"].get<double>());
+  md << "\n| shape (BxMxNxK) | heuristic us | tuned us | speed-up | spread heuristic / tuned "
+        "(p90-p10)/median | same algorithm |\n|---|---:|---:|---:|---:|---|\n";
+  for (const auto& c : comparisons)
+    md << fmt::format("| {}x{}x{}x{} | {:.2f} | {:.2f} | {:.3f}x | {:.1f}% / {:.1f}% | {} |\n",
+                      c.shape.batch, c.shape.m, c.shape.n, c.shape.k, c.heuristic_us, c.tuned_us,
+                      c.heuristic_us / c.tuned_us, 100 * c.heuristic_spread, 100 * c.tuned_spread,
+                      c.heuristic_algo == c.tuned_algo ? "yes" : "no");
   std::ofstream(out_dir + "/bench_gemm.json") << j.dump(1);
   ge2_context_destroy(heuristic);
   ge2_context_destroy(tuned);

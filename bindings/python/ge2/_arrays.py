@@ -1,8 +1,6 @@
 """Adapters from NumPy, CuPy and PyTorch arrays to (pointer, dtype, shape, element strides, device)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from . import _capi
 
 _TYPESTR = {"<f2": _capi.DTYPE_F16, "<f4": _capi.DTYPE_F32}
@@ -10,18 +8,34 @@ _NUMPY = {"float16": _capi.DTYPE_F16, "float32": _capi.DTYPE_F32}
 ELEMENT_SIZE = {_capi.DTYPE_F16: 2, _capi.DTYPE_BF16: 2, _capi.DTYPE_F32: 4}
 
 
-@dataclass
 class ArrayView:
-    pointer: int
-    dtype: int
-    shape: tuple
-    strides: tuple  # elements
-    on_device: bool
-    library: str  # "numpy", "cupy" or "torch"
-    stream: int | None = None  # the library's current stream, for device arrays
+    """pointer, dtype, shape, strides (elements), on_device, library ("numpy", "cupy" or
+    "torch") and, for device arrays, the library's current stream. A slotted class:
+    execute() builds one per array per call, so construction cost matters."""
+
+    __slots__ = ("pointer", "dtype", "shape", "strides", "on_device", "library", "stream")
+
+    def __init__(self, pointer, dtype, shape, strides, on_device, library, stream=None):
+        self.pointer, self.dtype, self.shape, self.strides = pointer, dtype, shape, strides
+        self.on_device, self.library, self.stream = on_device, library, stream
+
+    def __repr__(self):
+        return (f"ArrayView(pointer={self.pointer:#x}, dtype={self.dtype}, shape={self.shape}, "
+                f"strides={self.strides}, on_device={self.on_device}, library={self.library!r})")
 
 
 _TORCH_DTYPES = {}
+_torch_stream_of = []  # [function(device) -> raw stream], filled on first use
+
+
+def _torch_current_stream(torch, device) -> int:
+    if not _torch_stream_of:
+        # torch.cuda.current_stream() builds a Stream object per call (several µs);
+        # the raw getter PyTorch's own kernel launchers use returns the pointer.
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _torch_stream_of.append((lambda d: raw(d.index)) if raw is not None
+                                else (lambda d: torch.cuda.current_stream(d).cuda_stream))
+    return _torch_stream_of[0](device)
 
 
 def _torch_view(t, want_stream) -> ArrayView:
@@ -32,7 +46,7 @@ def _torch_view(t, want_stream) -> ArrayView:
     dtype = _TORCH_DTYPES.get(t.dtype)
     if dtype is None:
         raise TypeError(f"ge2: torch dtype {t.dtype} is not float16, bfloat16 or float32")
-    stream = torch.cuda.current_stream(t.device).cuda_stream if (want_stream and t.is_cuda) else None
+    stream = _torch_current_stream(torch, t.device) if (want_stream and t.is_cuda) else None
     return ArrayView(t.data_ptr(), dtype, tuple(t.shape), tuple(t.stride()), t.is_cuda, "torch", stream)
 
 
