@@ -20,6 +20,8 @@ from ._arrays import ELEMENT_SIZE, empty_like_library, view
 from .errors import *  # noqa: F401,F403
 from .errors import BY_STATUS, Ge2Error, InvalidArgumentError, VersionMismatchError
 
+API_VERSION = _capi.API_VERSION  # the GE2_API_VERSION this binding was written for
+
 __all__ = ["Context", "Graph", "Plan", "Value", "gemm_bias_act", "library_version", "Ge2Error"]
 
 _lib = _capi.load_library()
