@@ -280,6 +280,33 @@ TEST_CASE("gpu: staging copies handle every row misalignment and keep D's paddin
   }
 }
 
+TEST_CASE("gpu: unfused bias and activation steps on dense, padded and batched outputs") {
+  // fuse = 0 keeps the bias add and the activation as elementwise steps: dense
+  // tensors take the flat kernel, padded rows the 2-D vectorised or strided one.
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
+    for (ge2_activation_t act : {GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH})
+      for (int layout = 0; layout < 3; ++layout) {
+        GemmCase c;
+        c.dtype = dtype;
+        c.m = 129;
+        c.n = 1032;  // a multiple of 8: vectorisable rows
+        c.k = 96;
+        c.batch = layout == 2 ? 3 : 1;
+        c.pad_ldd = layout == 1 ? 8 : 0;
+        c.has_bias = true;
+        c.act = act;
+        c.fused_node = false;
+        c.fuse = false;
+        const auto r = run_gemm_case(context.get(), memory, c);
+        const auto plan = nlohmann::json::parse(r.plan_json);
+        CHECK(plan["steps"].size() == 3);
+        CHECK_MESSAGE(r.error <= gpu_tolerance(dtype, nullptr), c.label() << " error " << r.error);
+        CHECK_MESSAGE(r.padding_changed == 0, c.label() << " wrote into D's row padding");
+      }
+}
+
 TEST_CASE("gpu: the tuner end to end: tune mode stores the winner, a cached context reuses it") {
   const std::string db = "/tmp/ge2-gpu-test-tunedb-" + std::to_string(::getpid()) + ".sqlite";
   std::remove(db.c_str());

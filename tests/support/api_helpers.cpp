@@ -145,6 +145,7 @@ GemmResult run_gemm_case(ge2_context_t* context, Memory& memory, const GemmCase&
   options.force_kernel = c.force_kernel;
   options.allow_tf32 = c.allow_tf32;
   options.allow_staging = c.allow_staging;
+  options.fuse = c.fuse;
   ge2_plan_t* raw_plan = nullptr;
   GE2_CHECK(ge2_plan_compile(context, graph.get(), &options, &raw_plan));
   PlanPtr plan(raw_plan);

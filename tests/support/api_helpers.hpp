@@ -52,6 +52,7 @@ struct GemmCase {
   const char* force_kernel = nullptr;
   bool allow_tf32 = false;
   bool allow_staging = true;
+  bool fuse = true;  // compile option: false keeps GEMM, bias and activation as separate steps
   std::string label() const;
 };
 

@@ -6,11 +6,14 @@
 // 16-byte-aligned vector of the destination row, and assembles it from the two
 // aligned source vectors that overlap it with a funnel shift in registers:
 // every global access is a 16-byte vector except at the ends of a row.
-// Elements are copied as raw bits (zero bits are 0 in fp16, bf16 and fp32).
+// Elements move as raw bits (zero bits are 0 in fp16, bf16 and fp32) unless an
+// activation is applied on the way, which saves the staged erf-GELU a pass.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/cuda_errors.hpp"
+#include "backends/cuda/device_math.cuh"
 #include "backends/cuda/kernels.hpp"
 
 namespace ge2::cuda {
@@ -21,7 +24,19 @@ struct CopyParams {
   void* dst;
   long long batch, src_rows, src_cols, dst_rows, dst_cols;
   long long s_bs, s_rs, s_cs, d_bs, d_rs, d_cs;
+  int act;
 };
+
+template <typename T>
+using Bits = std::conditional_t<sizeof(T) == 2, std::uint16_t, std::uint32_t>;
+
+template <typename T>
+__device__ __forceinline__ void activate_vector(int act, uint4& packed) {
+  T* values = reinterpret_cast<T*>(&packed);
+#pragma unroll
+  for (int k = 0; k < static_cast<int>(16 / sizeof(T)); ++k)
+    values[k] = from_float<T>(activate(act, to_float(values[k])));
+}
 
 constexpr int kThreads = 128;
 
@@ -66,8 +81,9 @@ __device__ __forceinline__ uint4 load_source_vector(const E* row, long long q, i
 
 // Destination rows contiguous and element-aligned, source rows contiguous and
 // element-aligned: 2-D grid, y over rows, x over the destination's aligned vectors.
-template <typename E>
+template <typename T>
 __global__ void __launch_bounds__(kThreads) copy_rows_vectorised(CopyParams p) {
+  using E = Bits<T>;
   constexpr int C = 16 / sizeof(E);
   const long long rows_total = p.batch * p.dst_rows;
   for (long long row = blockIdx.y; row < rows_total; row += gridDim.y) {
@@ -108,6 +124,7 @@ __global__ void __launch_bounds__(kThreads) copy_rows_vectorised(CopyParams p) {
           out = take_16_bytes<3>(words, half_bits);
           break;
       }
+      if (p.act != 0) activate_vector<T>(p.act, out);
       const long long first = w * C - shift_d;
       if (first >= 0 && first + C <= p.dst_cols) {
         *reinterpret_cast<uint4*>(dst_row + first) = out;
@@ -124,17 +141,19 @@ __global__ void __launch_bounds__(kThreads) copy_rows_vectorised(CopyParams p) {
 }
 
 // Any strides: one element per thread, consecutive threads on consecutive columns.
-template <typename E>
+template <typename T>
 __global__ void __launch_bounds__(kThreads) copy_rows_scalar(CopyParams p) {
   const long long rows_total = p.batch * p.dst_rows;
   for (long long row = blockIdx.y; row < rows_total; row += gridDim.y) {
     const long long z = row / p.dst_rows, i = row - z * p.dst_rows;
     const bool inside = i < p.src_rows;
-    const E* src_row = static_cast<const E*>(p.src) + z * p.s_bs + i * p.s_rs;
-    E* dst_row = static_cast<E*>(p.dst) + z * p.d_bs + i * p.d_rs;
+    const T* src_row = static_cast<const T*>(p.src) + z * p.s_bs + i * p.s_rs;
+    T* dst_row = static_cast<T*>(p.dst) + z * p.d_bs + i * p.d_rs;
     for (long long j = blockIdx.x * static_cast<long long>(kThreads) + threadIdx.x; j < p.dst_cols;
          j += static_cast<long long>(gridDim.x) * kThreads)
-      dst_row[j * p.d_cs] = (inside && j < p.src_cols) ? src_row[j * p.s_cs] : E{0};
+      dst_row[j * p.d_cs] = (inside && j < p.src_cols)
+                                ? from_float<T>(activate(p.act, to_float(src_row[j * p.s_cs])))
+                                : from_float<T>(0.0f);
   }
 }
 
@@ -145,31 +164,42 @@ dim3 grid_2d(long long rows_total, long long per_row_items) {
               static_cast<unsigned>(std::max<long long>(1, y)));
 }
 
-template <typename E>
+template <typename T>
 void launch_typed(const CopyParams& p, cudaStream_t stream) {
-  constexpr long long C = 16 / sizeof(E);
+  constexpr long long C = 16 / sizeof(T);
   const bool element_aligned =
-      misalignment_bytes(p.src) % sizeof(E) == 0 && misalignment_bytes(p.dst) % sizeof(E) == 0;
+      misalignment_bytes(p.src) % sizeof(T) == 0 && misalignment_bytes(p.dst) % sizeof(T) == 0;
   if (element_aligned && p.s_cs == 1 && p.d_cs == 1) {
-    copy_rows_vectorised<E>
+    copy_rows_vectorised<T>
         <<<grid_2d(p.batch * p.dst_rows, (p.dst_cols + C) / C), kThreads, 0, stream>>>(p);
   } else {
-    copy_rows_scalar<E><<<grid_2d(p.batch * p.dst_rows, p.dst_cols), kThreads, 0, stream>>>(p);
+    copy_rows_scalar<T><<<grid_2d(p.batch * p.dst_rows, p.dst_cols), kThreads, 0, stream>>>(p);
   }
 }
 
 }  // namespace
 
 void launch_copy_matrix(DType dtype, const MatrixView& src, const void* src_data,
-                        const MatrixView& dst, void* dst_data, cudaStream_t stream) {
-  const CopyParams p{src_data,       dst_data,       dst.batch,        src.rows,
-                     src.cols,       dst.rows,       dst.cols,         src.batch_stride,
-                     src.row_stride, src.col_stride, dst.batch_stride, dst.row_stride,
-                     dst.col_stride};
-  if (dtype_size(dtype) == 2)
-    launch_typed<std::uint16_t>(p, stream);
-  else
-    launch_typed<std::uint32_t>(p, stream);
+                        const MatrixView& dst, void* dst_data, cudaStream_t stream,
+                        Activation act) {
+  const CopyParams p{src_data,         dst_data,
+                     dst.batch,        src.rows,
+                     src.cols,         dst.rows,
+                     dst.cols,         src.batch_stride,
+                     src.row_stride,   src.col_stride,
+                     dst.batch_stride, dst.row_stride,
+                     dst.col_stride,   static_cast<int>(act)};
+  switch (dtype) {
+    case DType::F16:
+      launch_typed<__half>(p, stream);
+      break;
+    case DType::BF16:
+      launch_typed<__nv_bfloat16>(p, stream);
+      break;
+    case DType::F32:
+      launch_typed<float>(p, stream);
+      break;
+  }
   GE2_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -17,10 +17,12 @@ void launch_fallback_gemm(const GemmProblem& problem, const void* a, const void*
 void launch_elementwise(const ElementwiseProblem& problem, const void* x, const void* bias,
                         void* out, cudaStream_t stream);
 
-// dst[z][i][j] = src(z, i, j) inside src's rows x cols, 0 in the rest of dst's
-// extent: staging copies into aligned, zero-padded buffers and copies back.
+// dst[z][i][j] = act(src(z, i, j)) inside src's rows x cols, 0 in the rest of
+// dst's extent: staging copies into aligned, zero-padded buffers and copies back
+// (the copy back applies the activation cuBLASLt's epilogue could not).
 void launch_copy_matrix(DType dtype, const MatrixView& src, const void* src_data,
-                        const MatrixView& dst, void* dst_data, cudaStream_t stream);
+                        const MatrixView& dst, void* dst_data, cudaStream_t stream,
+                        Activation act = Activation::None);
 
 // Tiles of the fallback kernel, exported for the plan text.
 inline constexpr int kFallbackTileM = 64, kFallbackTileN = 64, kFallbackTileK = 16;
