@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 through the device tool (see docs/gpu-validation.md):
-#   scripts/gpu-check.sh [tests|sanitize|bench|all]...
+#   scripts/gpu-check.sh [tests|sanitize|tune|notebook|profile|bench|all]...
 # Uses the build folder made on the development machine (build-gpu, carried;
 # the device lacks sqlite3.h), runs the gpu-labelled tests, the sample, the
 # sanitizers and the benchmarks, and prints a short table last. Logs go to $OUT.
@@ -38,7 +38,8 @@ for mode in $modes; do
   sanitize | all)
     for tool in memcheck racecheck; do
       compute-sanitizer --tool $tool --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" \
-        -tc='*forced*,*batched*,*fused cuBLASLt*,*odd offsets*,*two streams*' > "$OUT/sanitizer-$tool.log" 2>&1
+        -tc='*forced*,*batched*,*fused cuBLASLt*,*odd offsets*,*two streams*,*misalignment*,*unfused bias*' \
+        > "$OUT/sanitizer-$tool.log" 2>&1
       note "compute-sanitizer $tool: exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-$tool.log" | tail -1))"
     done
     ;;&
@@ -60,7 +61,27 @@ for mode in $modes; do
     cat "$OUT/ge_tune.log" | tail -30
     note "ge_tune: $(grep -c 'tuned now' "$OUT/ge_tune.log") shapes tuned, $(grep -c '\[tunedb\]' "$OUT/ge_tune.log") served from the db in a second process"
     ;;&
+  notebook | all)
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python \
+      python3 "$ROOT/scripts/execute_notebook.py" "$ROOT/samples/01_gemm_fp16.ipynb" \
+      --out "$OUT/01_gemm_fp16.ipynb" > "$OUT/notebook.log" 2>&1
+    note "notebook: exit $? ($(python3 -c "import json,sys; nb=json.load(open(sys.argv[1])); print(sum(1 for c in nb['cells'] if c['cell_type']=='code' and c['outputs']), 'code cells with outputs')" "$OUT/01_gemm_fp16.ipynb" 2>&1))"
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python python3 "$ROOT/samples/gemm_fp16.py" \
+      > "$OUT/sample-python.log" 2>&1
+    note "samples/gemm_fp16.py: exit $? ($(tr '\n' ';' < "$OUT/sample-python.log" | cut -c1-200))"
+    ;;&
+  profile | all)
+    # Nsight Compute at the clocks the benchmarks see (no clock locking).
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python \
+      ncu --profile-from-start off --clock-control none --csv --print-units base \
+      --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__block_size,launch__cluster_dim_x,launch__cluster_dim_y \
+      python3 "$ROOT/bench/profile_kernels.py" > "$OUT/ncu.log" 2>&1
+    note "ncu: exit $? ($(grep -c '"gpu__time_duration.sum"' "$OUT/ncu.log") kernels)"
+    ;;&
   bench | all)
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+      --format=csv -lms 1000 > "$OUT/clocks.log" 2>&1 &
+    clocks_pid=$!
     if [ -x "$BUILD/bench/bench_gemm" ]; then
       "$BUILD/bench/bench_gemm" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
       note "bench_gemm: $(tail -1 "$OUT/bench.log")"
@@ -70,6 +91,7 @@ for mode in $modes; do
         python3 "$ROOT/bench/peers.py" --out "$OUT" 2>&1 | tee "$OUT/peers.log" | tail -40
       note "peers: $(tail -1 "$OUT/peers.log")"
     fi
+    kill $clocks_pid 2>/dev/null
     ;;
   esac
 done
