@@ -25,7 +25,8 @@ export GE2_TUNEDB=$OUT/tunedb.sqlite
 for mode in $modes; do
   case $mode in
   tests | all)
-    ctest --test-dir "$BUILD" --output-on-failure -E exported_symbols 2>&1 | tee "$OUT/ctest.log" | tail -25
+    # gpu_tests runs once, directly below (its fp64 references take minutes).
+    ctest --test-dir "$BUILD" --output-on-failure -E 'exported_symbols|gpu_tests' 2>&1 | tee "$OUT/ctest.log" | tail -25
     note "ctest: $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)"
     "$BUILD/tests/ge2_gpu_tests" 2>&1 | tee "$OUT/gpu_tests.log" | tail -4
     note "gpu tests: $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_tests.log" | tr '\n' ' ')"
@@ -73,7 +74,7 @@ for mode in $modes; do
   profile | all)
     # Nsight Compute at the clocks the benchmarks see (no clock locking).
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python \
-      ncu --profile-from-start off --clock-control none --csv --print-units base \
+      timeout 150 ncu --profile-from-start off --clock-control none --csv --print-units base \
       --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__block_size,launch__cluster_dim_x,launch__cluster_dim_y \
       python3 "$ROOT/bench/profile_kernels.py" > "$OUT/ncu.log" 2>&1
     note "ncu: exit $? ($(grep -c '"gpu__time_duration.sum"' "$OUT/ncu.log") kernels)"
@@ -83,12 +84,12 @@ for mode in $modes; do
       --format=csv -lms 1000 > "$OUT/clocks.log" 2>&1 &
     clocks_pid=$!
     if [ -x "$BUILD/bench/bench_gemm" ]; then
-      "$BUILD/bench/bench_gemm" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
+      timeout "${BENCH_TIMEOUT:-400}" "$BUILD/bench/bench_gemm" --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
       note "bench_gemm: $(tail -1 "$OUT/bench.log")"
     fi
     if [ -f "$ROOT/bench/peers.py" ]; then
       GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python PYTHONUNBUFFERED=1 \
-        python3 "$ROOT/bench/peers.py" --out "$OUT" 2>&1 | tee "$OUT/peers.log" | tail -40
+        timeout "${PEERS_TIMEOUT:-300}" python3 "$ROOT/bench/peers.py" --out "$OUT" 2>&1 | tee "$OUT/peers.log" | tail -40
       note "peers: $(tail -1 "$OUT/peers.log")"
     fi
     kill $clocks_pid 2>/dev/null
