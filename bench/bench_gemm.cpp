@@ -376,7 +376,7 @@ class Bench {
     ge2_value_t a, b, bias, out;
     GE2_OK_OR_DIE(ge2_graph_add_input(graph, "a", &da, &a));
     GE2_OK_OR_DIE(ge2_graph_add_input(graph, "b", &db, &b));
-    GE2_OK_OR_DIE(ge2_graph_add_input(graph, "bias", &dbias, &bias));
+    if (path.has_bias) GE2_OK_OR_DIE(ge2_graph_add_input(graph, "bias", &dbias, &bias));
     GE2_OK_OR_DIE(ge2_graph_add_gemm(graph, a, b, GE2_NO_VALUE, nullptr, &out));
     if (path.has_bias) GE2_OK_OR_DIE(ge2_graph_add_bias(graph, out, bias, &out));
     if (path.act != GE2_ACT_NONE)
