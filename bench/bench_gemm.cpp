@@ -338,10 +338,13 @@ class Bench {
       for (int w = 0; w < 3; ++w) body(w);
       group = std::max(group, timer.group_size(body, stream_));
     }
+    // Alternate which plan goes first in a round, so neither always follows the other.
     for (int round = 0; round < rounds; ++round)
-      for (int p = 0; p < 2; ++p)
+      for (int q = 0; q < 2; ++q) {
+        const int p = round % 2 == 0 ? q : 1 - q;
         times[p].push_back(timer.time_group([&](int set) { ops.execute(plans[p], set, stream_); },
                                             group, round, stream_));
+      }
     c.heuristic_us = median_of(times[0]);
     c.tuned_us = median_of(times[1]);
     c.heuristic_spread = spread_of(times[0]);
@@ -550,7 +553,7 @@ double cublaslt_host_us_per_call(cudaStream_t stream, std::int64_t batch, std::i
 // Host time to enqueue one execution of an N-layer 32-wide MLP, per node, and
 // the replay time of the same plan captured in a CUDA graph.
 nlohmann::json measure_overhead(ge2_context_t* context, cudaStream_t stream, int layers,
-                                std::int64_t batch, std::int64_t hidden) {
+                                std::int64_t batch, std::int64_t hidden, bool graph_replay) {
   ge2_graph_t* graph = nullptr;
   GE2_OK_OR_DIE(ge2_graph_create(&graph));
   ge2_tensor_desc_t dx{GE2_DTYPE_F16, 2, {batch, hidden}, {0, 0}},
@@ -572,8 +575,11 @@ nlohmann::json measure_overhead(ge2_context_t* context, cudaStream_t stream, int
                                               l + 1 < layers ? GE2_ACT_RELU : GE2_ACT_NONE, &h));
   }
   GE2_OK_OR_DIE(ge2_graph_mark_output(graph, h, "y", nullptr));
+  ge2_compile_options_t options;
+  GE2_OK_OR_DIE(ge2_compile_options_init(&options));
+  options.graph_replay = graph_replay ? 1 : 0;
   ge2_plan_t* plan = nullptr;
-  GE2_OK_OR_DIE(ge2_plan_compile(context, graph, nullptr, &plan));
+  GE2_OK_OR_DIE(ge2_plan_compile(context, graph, &options, &plan));
   ge2_graph_destroy(graph);
   std::vector<void*> buffers;
   std::vector<ge2_binding_t> bindings;
@@ -644,6 +650,7 @@ nlohmann::json measure_overhead(ge2_context_t* context, cudaStream_t stream, int
   ge2_plan_destroy(plan);
   for (void* p : buffers) cudaFree(p);
   return {{"layers", layers},
+          {"graph_replay", graph_replay},
           {"batch", batch},
           {"hidden", hidden},
           {"host_us_per_execute", host_us[host_us.size() / 2]},
@@ -727,12 +734,14 @@ int main(int argc, char** argv) {
     if (r.path.dtype == GE2_DTYPE_F16) peak = std::max(peak, r.tflops);
 
   nlohmann::json overhead = nlohmann::json::array();
-  for (auto [layers, batch, hidden] :
-       {std::tuple{4, 32, 32}, std::tuple{1, 32, 32}, std::tuple{4, 1, 4096},
-        std::tuple{4, 16, 4096}, std::tuple{4, 128, 4096}}) {
-    overhead.push_back(measure_overhead(heuristic, bench.stream(), layers, batch, hidden));
-    fmt::print("overhead: {}\n", overhead.back().dump());
-  }
+  for (bool replay : {false, true})
+    for (auto [layers, batch, hidden] :
+         {std::tuple{4, 32, 32}, std::tuple{1, 32, 32}, std::tuple{4, 1, 4096},
+          std::tuple{4, 16, 4096}, std::tuple{4, 128, 4096}}) {
+      overhead.push_back(
+          measure_overhead(heuristic, bench.stream(), layers, batch, hidden, replay));
+      fmt::print("overhead: {}\n", overhead.back().dump());
+    }
 
   nlohmann::json j{{"device", bench.device()},
                    {"l2_bytes", bench.l2_bytes()},
@@ -786,14 +795,14 @@ int main(int argc, char** argv) {
                             {"err_mean", r.err_mean},
                             {"err_max", r.err_max}});
   }
-  md << "\n| layers | batch | hidden | host us / execute | host us / node | cublasLtMatmul alone, "
-        "host us / call | eager us / execute | CUDA-graph replay us |\n"
-        "|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  md << "\n| layers | batch | hidden | graph_replay option | host us / execute | host us / node | "
+        "cublasLtMatmul alone, host us / call | eager us / execute | caller's CUDA-graph replay us "
+        "|\n|---:|---:|---:|---|---:|---:|---:|---:|---:|\n";
   for (const auto& o : overhead)
-    md << fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |\n",
+    md << fmt::format("| {} | {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} |\n",
                       o["layers"].get<int>(), o["batch"].get<std::int64_t>(),
-                      o["hidden"].get<std::int64_t>(), o["host_us_per_execute"].get<double>(),
-                      o["host_us_per_node"].get<double>(),
+                      o["hidden"].get<std::int64_t>(), o["graph_replay"].get<bool>() ? "on" : "off",
+                      o["host_us_per_execute"].get<double>(), o["host_us_per_node"].get<double>(),
                       o["cublaslt_alone_host_us_per_call"].get<double>(),
                       o["eager_us_per_execute"].get<double>(), o["graph_replay_us"].get<double>());
   md << "\n| shape (BxMxNxK) | heuristic us | tuned us | speed-up | spread heuristic / tuned "

@@ -134,6 +134,7 @@ def bench_mlp(ctx):
                                 "relu" if i + 1 < layers else None)
         g.output(h, "y")
         plan = g.compile(ctx)
+        replayed = g.compile(ctx, graph_replay=True)  # ge2 records and replays a CUDA graph itself
         y = torch.empty(batch, hidden, device="cuda", dtype=torch.float16)
         arrays = {"x": x, "y": y, **{f"w{i}": W[i] for i in range(layers)}, **{f"b{i}": bs[i] for i in range(layers)}}
 
@@ -155,15 +156,23 @@ def bench_mlp(ctx):
         with torch.cuda.graph(torch_graph, stream=stream):
             static_out = torch_mlp()
         ref = torch_mlp().double()
+        y.fill_(float("nan"))
+        replayed.execute(arrays)
+        torch.cuda.synchronize()
+        replay_err = rel_err(y, ref)
         ge2_graph.replay()
         torch.cuda.synchronize()
         row = {"batch": batch, "hidden": hidden, "layers": layers, "ge2_vs_torch_err": rel_err(y, ref),
+               "ge2_graph_replay_vs_torch_err": replay_err,
                "us": {"ge2 eager": median_time_us(lambda i: plan.execute(arrays), 1, 100),
+                      "ge2 eager, graph_replay option": median_time_us(lambda i: replayed.execute(arrays), 1, 100),
                       "torch eager": median_time_us(lambda i: torch_mlp(), 1, 100),
                       "ge2 CUDA graph": median_time_us(lambda i: ge2_graph.replay(), 1, 100),
                       "torch CUDA graph": median_time_us(lambda i: torch_graph.replay(), 1, 100)}}
         # Host cost per call, timed on the host over 200 calls (queue not saturated at batch 1).
-        for label, fn in (("ge2 host us/call", lambda: plan.execute(arrays)), ("torch host us/call", torch_mlp)):
+        for label, fn in (("ge2 host us/call", lambda: plan.execute(arrays)),
+                          ("ge2 graph_replay host us/call", lambda: replayed.execute(arrays)),
+                          ("torch host us/call", torch_mlp)):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(200):

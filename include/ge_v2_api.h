@@ -110,7 +110,7 @@ GE2_API const char* ge2_last_error(void);
 GE2_API int ge2_get_api_version(void);
 
 /*
-** ge2_get_version_string: the library's release version, e.g. "2.0.0".
+** ge2_get_version_string: the library's release version, e.g. "2.1.0".
 */
 GE2_API const char* ge2_get_version_string(void);
 
@@ -306,6 +306,15 @@ typedef struct ge2_compile_options {
                                buffers when the cost model says it pays; default 1 */
   const char* force_kernel; /* NULL, or a kernel name ("lt_f16", "cuda_f32", "cpu_ref", ...)
                                to use for every GEMM; $GE2_FORCE_KERNEL is read when NULL */
+  int graph_replay;         /* CUDA: record an execution's work as a CUDA graph and replay it
+                               while the bound pointers repeat (the 8 most recent sets are
+                               kept; new pointers record again). One cudaGraphLaunch then
+                               replaces one cuBLASLt call per step on the host. Costs a
+                               32 MiB workspace per plan. Executions stay stream-ordered as
+                               without it; the data are read when the replay runs. Ignored
+                               on the CPU backend and inside a caller's own stream capture.
+                               Default 0. (Added in 2.1; older callers' smaller struct_size
+                               reads as 0.) */
 } ge2_compile_options_t;
 
 /* ge2_compile_options_init: fill *options with defaults. */

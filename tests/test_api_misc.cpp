@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <thread>
 
 #include "support/api_helpers.hpp"
@@ -34,6 +35,28 @@ TEST_CASE("plan: a GEMM -> bias -> GELU chain compiles to one fused step and say
   for (const auto& pass : plan["passes"])
     if (pass["pass"] == "fuse_gemm_bias_act") fusion_noted = pass["notes"].size() == 2;
   CHECK(fusion_noted);
+}
+
+TEST_CASE("compile options: graph_replay is recorded; a 2.0 caller's shorter struct reads it as 0") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  auto memory = host_memory();
+  GemmCase c;
+  c.dtype = GE2_DTYPE_F32;
+  c.m = 7;
+  c.n = 9;
+  c.k = 5;
+  c.has_bias = true;
+  c.act = GE2_ACT_RELU;
+  c.graph_replay = true;
+  auto result = run_gemm_case(context.get(), *memory, c);
+  CHECK(result.error <= tolerance(c.dtype));  // ignored by the CPU backend, results unchanged
+  CHECK(nlohmann::json::parse(result.plan_json)["graph_replay"] == true);
+  // A caller compiled against 2.0 passes the struct without graph_replay: whatever
+  // lies beyond its struct_size must not be read.
+  c.options_struct_size = static_cast<std::uint32_t>(offsetof(ge2_compile_options_t, graph_replay));
+  result = run_gemm_case(context.get(), *memory, c);
+  CHECK(result.error <= tolerance(c.dtype));
+  CHECK(nlohmann::json::parse(result.plan_json)["graph_replay"] == false);
 }
 
 TEST_CASE("plan: io enumeration reports names, shapes and byte spans") {

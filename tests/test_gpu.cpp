@@ -307,6 +307,81 @@ TEST_CASE("gpu: unfused bias and activation steps on dense, padded and batched o
       }
 }
 
+TEST_CASE("gpu: graph replay follows new data, new bindings and other streams") {
+  // Two layers (bias+ReLU fused, then bias + erf GELU, which adds a separate
+  // pass): three kernels per recorded graph.
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  const std::int64_t m = 96, k = 160, h = 256, n = 136;
+  HostTensor w1 = make_tensor(GE2_DTYPE_F16, {k, h}), b1 = make_tensor(GE2_DTYPE_F16, {h});
+  HostTensor w2 = make_tensor(GE2_DTYPE_F16, {h, n}), b2 = make_tensor(GE2_DTYPE_F16, {n});
+  for (HostTensor* t : {&w1, &b1, &w2, &b2}) fill_random(*t);
+  GraphPtr graph = make_graph();
+  ge2_value_t vx, vw1, vb1, vw2, vb2, hidden, out;
+  const auto dx = make_tensor(GE2_DTYPE_F16, {m, k}).desc(), dw1 = w1.desc(), db1 = b1.desc(),
+             dw2 = w2.desc(), db2 = b2.desc();
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "x", &dx, &vx));
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "w1", &dw1, &vw1));
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "b1", &db1, &vb1));
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "w2", &dw2, &vw2));
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "b2", &db2, &vb2));
+  GE2_CHECK(ge2_graph_add_gemm_bias_act(graph.get(), vx, vw1, vb1, nullptr, GE2_ACT_RELU, &hidden));
+  GE2_CHECK(
+      ge2_graph_add_gemm_bias_act(graph.get(), hidden, vw2, vb2, nullptr, GE2_ACT_GELU_ERF, &out));
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), out, "y", nullptr));
+  ge2_compile_options_t options;
+  GE2_CHECK(ge2_compile_options_init(&options));
+  options.graph_replay = 1;
+  ge2_plan_t* raw_plan = nullptr;
+  GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), &options, &raw_plan));
+  PlanPtr plan(raw_plan);
+  const char* json = nullptr;
+  GE2_CHECK(ge2_plan_describe(plan.get(), &json));
+  CHECK(nlohmann::json::parse(json)["graph_replay"] == true);
+
+  void* pw1 = memory.upload(w1);
+  void* pb1 = memory.upload(b1);
+  void* pw2 = memory.upload(w2);
+  void* pb2 = memory.upload(b2);
+  struct Set {
+    HostTensor x = make_tensor(GE2_DTYPE_F16, {96, 160});
+    HostTensor y = make_tensor(GE2_DTYPE_F16, {96, 136});
+    void* px = nullptr;
+    void* py = nullptr;
+  } sets[2];
+  for (Set& set : sets) {
+    set.px = memory.upload(set.x);
+    set.py = memory.upload(set.y);
+  }
+  cudaStream_t streams[2];
+  for (auto& st : streams) REQUIRE(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == 0);
+  // (set, stream) per execution: new pointers record, repeats replay, new data in
+  // old buffers must be read, and a second stream must be ordered after the first.
+  const int order[][2] = {{0, 0}, {1, 0}, {0, 0}, {0, 1}, {1, 1}, {0, 0}, {1, 0}};
+  for (const auto& [which, stream_index] : order) {
+    Set& set = sets[which];
+    fill_random(set.x);
+    poison(set.y);
+    REQUIRE(cudaMemcpy(set.px, set.x.data(), set.x.bytes.size(), cudaMemcpyHostToDevice) == 0);
+    REQUIRE(cudaMemcpy(set.py, set.y.data(), set.y.bytes.size(), cudaMemcpyHostToDevice) == 0);
+    const ge2_binding_t bindings[] = {{"x", set.px}, {"w1", pw1}, {"b1", pb1},
+                                      {"w2", pw2},   {"b2", pb2}, {"y", set.py}};
+    GE2_CHECK(ge2_plan_execute(plan.get(), bindings, 6, streams[stream_index]));
+    REQUIRE(cudaStreamSynchronize(streams[stream_index]) == 0);
+    REQUIRE(cudaMemcpy(set.y.data(), set.py, set.y.bytes.size(), cudaMemcpyDeviceToHost) == 0);
+    const auto first =
+        gemm_reference(set.x, w1, nullptr, &b1, {false, false, 1.0, 0.0, GE2_ACT_RELU});
+    HostTensor hidden_ref = make_tensor(GE2_DTYPE_F16, {m, h});
+    for (std::int64_t e = 0; e < m * h; ++e) hidden_ref.set(e, first[static_cast<std::size_t>(e)]);
+    const auto want =
+        gemm_reference(hidden_ref, w2, nullptr, &b2, {false, false, 1.0, 0.0, GE2_ACT_GELU_ERF});
+    const double error = relative_error(set.y, want);
+    CHECK_MESSAGE(error <= 1e-2,
+                  "set " << which << " stream " << stream_index << " error " << error);
+  }
+  for (auto& st : streams) cudaStreamDestroy(st);
+}
+
 TEST_CASE("gpu: the tuner end to end: tune mode stores the winner, a cached context reuses it") {
   const std::string db = "/tmp/ge2-gpu-test-tunedb-" + std::to_string(::getpid()) + ".sqlite";
   std::remove(db.c_str());

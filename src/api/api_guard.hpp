@@ -40,11 +40,19 @@ void require_not_null(const T* pointer, const char* function, const char* argume
 
 // Option structs: the caller's struct_size must cover at least this version's fields.
 template <typename T>
-void require_struct_size(const T& options, const char* function, const char* argument) {
-  require(options.struct_size >= sizeof(T), GE2_ERROR_INVALID_ARGUMENT,
+void require_struct_size(const T& options, const char* function, const char* argument,
+                         std::size_t oldest_size = sizeof(T)) {
+  require(options.struct_size >= oldest_size, GE2_ERROR_INVALID_ARGUMENT,
           "{}: argument '{}': struct_size = {} is smaller than {}; fill it with the matching "
           "*_init function",
-          function, argument, options.struct_size, sizeof(T));
+          function, argument, options.struct_size, oldest_size);
+}
+
+// Whether a caller's struct (of its struct_size) includes the member that ends
+// at byte `member_end`: members appended after the caller was compiled read as defaults.
+template <typename T>
+bool has_member(const T& options, std::size_t member_end) {
+  return options.struct_size >= member_end;
 }
 
 }  // namespace ge2

@@ -1,4 +1,5 @@
 // Plan compilation, description, I/O enumeration and execution.
+#include <cstddef>
 #include <cstdlib>
 
 #include "api/api_guard.hpp"
@@ -11,10 +12,14 @@ namespace ge2 {
 CompileOptions compile_options_from(const ge2_compile_options_t* options, const char* function) {
   CompileOptions result;
   if (options != nullptr) {
-    require_struct_size(*options, function, "options");
+    // 2.0 callers' struct ends after force_kernel; graph_replay came in 2.1.
+    require_struct_size(*options, function, "options",
+                        offsetof(ge2_compile_options_t, force_kernel) + sizeof(const char*));
     result.fuse = options->fuse != 0;
     result.policy.allow_tf32 = options->allow_tf32 != 0;
     result.policy.allow_staging = options->allow_staging != 0;
+    if (has_member(*options, offsetof(ge2_compile_options_t, graph_replay) + sizeof(int)))
+      result.graph_replay = options->graph_replay != 0;
   }
   const char* forced = options != nullptr ? options->force_kernel : nullptr;
   const char* source = "options->force_kernel";
@@ -46,6 +51,7 @@ ge2_status_t ge2_compile_options_init(ge2_compile_options_t* options) {
     options->allow_tf32 = 0;
     options->allow_staging = 1;
     options->force_kernel = nullptr;
+    options->graph_replay = 0;
   });
 }
 

@@ -44,8 +44,12 @@ class Backend {
   virtual std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                                  const ElementwiseSlots& slots) = 0;
   virtual std::unique_ptr<Buffer> allocate(std::size_t bytes) = 0;
-  // State a plan keeps between executions; none by default.
-  virtual std::unique_ptr<PlanDeviceState> make_plan_state() { return nullptr; }
+  // State a plan keeps between executions; none by default. `graph_replay`: the
+  // compile option of that name (backends without graphs ignore it).
+  virtual std::unique_ptr<PlanDeviceState> make_plan_state(bool graph_replay) {
+    (void)graph_replay;
+    return nullptr;
+  }
 
   // Runs the steps with the caller's pointers. `io_bytes[i]` is the size of slot
   // i when it is bound by the caller (0 for plan-owned slots); `io_is_output[i]`

@@ -147,12 +147,13 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
     io_json.push_back(
         {{"name", io.name}, {"output", io.is_output}, {"type", io.type.shape_string()}});
   const nlohmann::json description{{"backend", backend.describe()},
+                                   {"graph_replay", options.graph_replay},
                                    {"passes", passes_json},
                                    {"io", io_json},
                                    {"steps", steps_json}};
   plan->description_ = description.dump(2);
   plan->state_.slots = plan->slot_defaults_;
-  plan->state_.device_state = backend.make_plan_state();
+  plan->state_.device_state = backend.make_plan_state(options.graph_replay);
   return plan;
 }
 

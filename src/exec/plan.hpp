@@ -13,6 +13,7 @@ namespace ge2 {
 
 struct CompileOptions {
   bool fuse = true;
+  bool graph_replay = false;  // CUDA: replay a recorded CUDA graph while the bindings repeat
   SelectionPolicy policy;
 };
 

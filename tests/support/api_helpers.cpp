@@ -32,7 +32,6 @@ class HostMemory final : public Memory {
   void download(void*, HostTensor&) override {}
 };
 
-#define GE2_CHECK(call) REQUIRE_MESSAGE((call) == GE2_OK, ge2_last_error())
 }  // namespace
 
 std::unique_ptr<Memory> host_memory() { return std::make_unique<HostMemory>(); }
@@ -146,6 +145,8 @@ GemmResult run_gemm_case(ge2_context_t* context, Memory& memory, const GemmCase&
   options.allow_tf32 = c.allow_tf32;
   options.allow_staging = c.allow_staging;
   options.fuse = c.fuse;
+  options.graph_replay = c.graph_replay;
+  if (c.options_struct_size != 0) options.struct_size = c.options_struct_size;
   ge2_plan_t* raw_plan = nullptr;
   GE2_CHECK(ge2_plan_compile(context, graph.get(), &options, &raw_plan));
   PlanPtr plan(raw_plan);

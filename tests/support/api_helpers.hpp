@@ -10,6 +10,9 @@
 #include "ge_v2_api.h"
 #include "support/reference.hpp"
 
+// Fails the enclosing doctest case with ge2's message unless the call returns GE2_OK.
+#define GE2_CHECK(call) REQUIRE_MESSAGE((call) == GE2_OK, ge2_last_error())
+
 namespace ge2::test {
 
 struct ContextDeleter {
@@ -53,6 +56,8 @@ struct GemmCase {
   bool allow_tf32 = false;
   bool allow_staging = true;
   bool fuse = true;  // compile option: false keeps GEMM, bias and activation as separate steps
+  bool graph_replay = false;              // compile option
+  std::uint32_t options_struct_size = 0;  // 0: as ge2_compile_options_init sets it
   std::string label() const;
 };
 

@@ -170,17 +170,23 @@ class Graph:
     def output(self, value, name: str) -> None:
         _check(_lib.ge2_graph_mark_output(self._handle, value, name.encode(), None))
 
-    def compile(self, context: Context, fuse=True, allow_tf32=False, force_kernel: str | None = None) -> "Plan":
-        return Plan(context, self, fuse=fuse, allow_tf32=allow_tf32, force_kernel=force_kernel)
+    def compile(self, context: Context, fuse=True, allow_tf32=False, force_kernel: str | None = None,
+                graph_replay=False) -> "Plan":
+        """graph_replay: on CUDA, record the plan's work as a CUDA graph and replay it while
+        the bound arrays stay the same (see ge2_compile_options_t.graph_replay)."""
+        return Plan(context, self, fuse=fuse, allow_tf32=allow_tf32, force_kernel=force_kernel,
+                    graph_replay=graph_replay)
 
 
 class Plan:
     """A compiled graph. execute() binds arrays by name."""
 
-    def __init__(self, context: Context, graph: Graph, fuse=True, allow_tf32=False, force_kernel=None):
+    def __init__(self, context: Context, graph: Graph, fuse=True, allow_tf32=False, force_kernel=None,
+                 graph_replay=False):
         options = _capi.CompileOptions()
         _check(_lib.ge2_compile_options_init(ctypes.byref(options)))
         options.fuse, options.allow_tf32 = int(fuse), int(allow_tf32)
+        options.graph_replay = int(graph_replay)
         self._force = force_kernel.encode() if force_kernel else None
         options.force_kernel = self._force
         handle = ctypes.c_void_p()

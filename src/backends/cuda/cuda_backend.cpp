@@ -8,6 +8,7 @@
 #include "backends/cuda/cuda_errors.hpp"
 #include "backends/cuda/cuda_raii.hpp"
 #include "backends/cuda/gemm_steps.hpp"
+#include "backends/cuda/graph_replay.hpp"
 #include "backends/cuda/workspace_pool.hpp"
 #include "core/error.hpp"
 #include "exec/backend.hpp"
@@ -34,8 +35,9 @@ class CudaPlanState final : public PlanDeviceState {
   Event done = make_event();
   cudaStream_t last_stream = nullptr;
   bool recorded = false;
-  std::vector<void*> checked;  // pointer last classified per slot
-  std::vector<bool> is_host;   // its classification
+  std::vector<void*> checked;                // pointer last classified per slot
+  std::vector<bool> is_host;                 // its classification
+  std::unique_ptr<GraphReplayCache> replay;  // with the graph_replay compile option
 };
 
 class CudaBackend final : public Backend {
@@ -101,9 +103,11 @@ class CudaBackend final : public Backend {
     GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
     return std::make_unique<DeviceBufferHolder>(bytes);
   }
-  std::unique_ptr<PlanDeviceState> make_plan_state() override {
+  std::unique_ptr<PlanDeviceState> make_plan_state(bool graph_replay) override {
     GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
-    return std::make_unique<CudaPlanState>();
+    auto state = std::make_unique<CudaPlanState>();
+    if (graph_replay) state->replay = std::make_unique<GraphReplayCache>(kWorkspaceBytes);
+    return state;
   }
 
   void execute(const std::vector<std::unique_ptr<Step>>& steps, ExecState& state,
@@ -115,6 +119,7 @@ class CudaBackend final : public Backend {
       execute_staged(steps, state, io_bytes, io_is_output, plan_state);
       return;
     }
+    if (plan_state.replay && replay(steps, state, plan_state)) return;
     run_ordered(steps, state, plan_state);
   }
 
@@ -168,6 +173,25 @@ class CudaBackend final : public Backend {
       ps.last_stream = stream;
       ps.recorded = true;
     }
+  }
+
+  // Launches the plan's recorded graph on the caller's stream, ordered like
+  // run_ordered. Returns false when the caller's stream is itself being
+  // captured: the steps then go into the caller's graph as usual.
+  bool replay(const std::vector<std::unique_ptr<Step>>& steps, ExecState& state,
+              CudaPlanState& ps) {
+    const auto stream = static_cast<cudaStream_t>(state.stream);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    GE2_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return false;
+    const cudaGraphExec_t graph = ps.replay->get(steps, state);
+    if (ps.recorded && ps.last_stream != stream)
+      GE2_CUDA_CHECK(cudaStreamWaitEvent(stream, ps.done.get(), 0));
+    GE2_CUDA_CHECK(cudaGraphLaunch(graph, stream));
+    GE2_CUDA_CHECK(cudaEventRecord(ps.done.get(), stream));
+    ps.last_stream = stream;
+    ps.recorded = true;
+    return true;
   }
 
   // Host pointers: copy through temporary device buffers, synchronously. Outputs

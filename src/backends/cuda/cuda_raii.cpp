@@ -61,4 +61,10 @@ Event make_event() {
   return Event(event);
 }
 
+Stream make_nonblocking_stream() {
+  cudaStream_t stream = nullptr;
+  GE2_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return Stream(stream);
+}
+
 }  // namespace ge2::cuda

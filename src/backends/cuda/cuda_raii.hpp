@@ -27,6 +27,8 @@ using MatmulPreference =
     UniqueHandle<cublasLtMatmulPreferenceOpaque_t, cublasLtMatmulPreferenceDestroy>;
 using Event = UniqueHandle<CUevent_st, cudaEventDestroy>;
 using Stream = UniqueHandle<CUstream_st, cudaStreamDestroy>;
+using Graph = UniqueHandle<CUgraph_st, cudaGraphDestroy>;
+using GraphExec = UniqueHandle<CUgraphExec_st, cudaGraphExecDestroy>;
 
 // Device memory from cudaMalloc, freed with cudaFree.
 class DeviceBuffer {
@@ -56,5 +58,6 @@ MatrixLayout make_layout(cudaDataType_t type, std::uint64_t rows, std::uint64_t 
                          std::int64_t ld);
 MatmulPreference make_preference();
 Event make_event();
+Stream make_nonblocking_stream();
 
 }  // namespace ge2::cuda
