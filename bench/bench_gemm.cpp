@@ -664,14 +664,16 @@ nlohmann::json measure_overhead(ge2_context_t* context, cudaStream_t stream, int
 
 int main(int argc, char** argv) {
   std::string out_dir = ".";
-  bool quick = false;
+  bool quick = false, overhead_only = false;  // overhead only: host cost and replay rows
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--out" && i + 1 < argc)
       out_dir = argv[++i];
     else if (std::string(argv[i]) == "--quick")
       quick = true;
+    else if (std::string(argv[i]) == "--overhead-only")
+      overhead_only = true;
     else {
-      fmt::print(stderr, "usage: bench_gemm [--out DIR] [--quick]\n");
+      fmt::print(stderr, "usage: bench_gemm [--out DIR] [--quick] [--overhead-only]\n");
       return 2;
     }
   }
@@ -702,7 +704,7 @@ int main(int argc, char** argv) {
   auto aligned = [](const Shape& s) { return s.m % 8 == 0 && s.n % 8 == 0 && s.k % 8 == 0; };
   std::vector<Result> results;
   for (const Shape& s : kShapes) {
-    if (quick && s.m * s.n * s.k > (std::int64_t{1} << 33)) continue;
+    if (overhead_only || (quick && s.m * s.n * s.k > (std::int64_t{1} << 33))) continue;
     for (const Path& p : paths) {
       // The slow reference paths on the largest shapes only add minutes.
       if ((p.kernel == "cuda_f32" || p.kernel == "lt_f32") &&
@@ -720,7 +722,7 @@ int main(int argc, char** argv) {
   }
   std::vector<TunedComparison> comparisons;
   for (const Shape& s : kShapes) {
-    if (quick && s.m * s.n * s.k > (std::int64_t{1} << 33)) continue;
+    if (overhead_only || (quick && s.m * s.n * s.k > (std::int64_t{1} << 33))) continue;
     comparisons.push_back(bench.compare_tuned(s, 15));
     const auto& c = comparisons.back();
     fmt::print(

@@ -188,11 +188,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=".")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--mlp-only", action="store_true", help="only the 4-layer MLP rows")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     ctx = ge2.Context(device="cuda", tune="off", tunedb="")
     tuned = ge2.Context(device="cuda", tune="tune", tunedb=os.path.join(args.out, "peers_tunedb.sqlite"))
-    shapes = bench_shapes(ctx, tuned, args.quick)
+    shapes = [] if args.mlp_only else bench_shapes(ctx, tuned, args.quick)
     mlp = bench_mlp(ctx)
     info = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "ge2": ge2.library_version(),
             "cublaslt": ctx.describe()["cublaslt_version"], "reps": REPS, "date": time.strftime("%Y-%m-%d")}
