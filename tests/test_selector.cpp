@@ -120,6 +120,15 @@ TEST_CASE(
   CHECK_FALSE(select_gemm_kernel(problem(DType::F16, 4095, 4097, 4093), h200, no_staging).staged);
   CHECK_FALSE(
       select_gemm_kernel(problem(DType::F16, 4096, 4096, 4096), h200, {}).staged);  // aligned
+  // Measured on the H200 (bench/results/2026-12-02-h200-run5), staged vs unstaged us:
+  // 2049x1023x513 26.6 vs 37.5 and 3001x2999x4097 164.5 vs 632.0 stage; 511x513x509
+  // 25.8 vs 17.3 must not.
+  CHECK(select_gemm_kernel(problem(DType::F16, 2049, 1023, 513), h200, {}).staged);
+  CHECK(select_gemm_kernel(problem(DType::F16, 3001, 2999, 4097), h200, {}).staged);
+  CHECK_FALSE(select_gemm_kernel(problem(DType::F16, 511, 513, 509), h200, {}).staged);
+  // The GPU tests' staged shapes stay staged.
+  CHECK(select_gemm_kernel(problem(DType::F16, 1536, 1537, 1539), h200, {}).staged);
+  CHECK(select_gemm_kernel(problem(DType::F16, 1531, 2053, 1543), h200, {}).staged);
   const GemmProblem padded = staged_problem(problem(DType::F16, 4095, 4097, 4093));
   CHECK(padded.k == 4096);
   CHECK(padded.n == 4104);
