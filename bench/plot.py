@@ -22,7 +22,7 @@ for i, path in enumerate(paths):
     ax.bar([x + i * width for x in range(len(shapes))], [values.get(s, 0) for s in shapes], width, label=path)
 ax.set_xticks([x + 0.4 for x in range(len(shapes))])
 ax.set_xticklabels(shapes, rotation=60, ha="right", fontsize=8)
-ax.set_ylabel("TFLOP/s (median of 25, bias + activation included)")
+ax.set_ylabel("TFLOP/s (median of 25 groups, bias + activation included)")
 ax.set_title("ge2 kernel paths on NVIDIA H200 (bench_gemm, 2026-12-02)")
 ax.legend(fontsize=8, ncol=2)
 fig.tight_layout()
