@@ -92,6 +92,12 @@ def test_graph_builder_fuses_and_runs(cpu):
     y = np.full((8, 12), np.nan, dtype=np.float32)
     plan.execute({"x": xs, "w": ws, "bias": bs, "y": y})
     assert rel_error(y, reference(xs, ws, bs, "gelu")) <= 1e-5
+    assert plan.describe()["graph_replay"] is False
+    replayed = g.compile(cpu, graph_replay=True)  # passed through; the CPU backend runs eagerly
+    assert replayed.describe()["graph_replay"] is True
+    y.fill(np.nan)
+    replayed.execute({"x": xs, "w": ws, "bias": bs, "y": y})
+    assert rel_error(y, reference(xs, ws, bs, "gelu")) <= 1e-5
 
 
 def test_errors_map_to_exception_classes_with_messages(cpu):
