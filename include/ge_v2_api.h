@@ -74,16 +74,16 @@ extern "C" {
 ** part of the ABI and never change.
 */
 typedef enum ge2_status {
-  GE2_OK = 0,                     /* success */
-  GE2_ERROR_INVALID_ARGUMENT = 1, /* NULL pointer, bad size, unknown enum, bad name, bad stride */
-  GE2_ERROR_SHAPE_MISMATCH = 2,   /* operand shapes or dtypes that do not fit together */
-  GE2_ERROR_UNSUPPORTED = 3,      /* valid request this build or device cannot run */
-  GE2_ERROR_NO_DEVICE = 4,        /* a CUDA device was required and none is usable */
-  GE2_ERROR_CUDA = 5,             /* a CUDA runtime call failed; message has cudaGetErrorString */
-  GE2_ERROR_CUBLAS = 6,           /* a cuBLASLt call failed; message has the cuBLAS status name */
-  GE2_ERROR_OUT_OF_MEMORY = 7,    /* host or device allocation failed */
-  GE2_ERROR_TUNEDB = 8,           /* the tuning database could not be opened, read or written */
-  GE2_ERROR_VERSION_MISMATCH = 9, /* caller and library disagree on GE2_API_VERSION */
+  GE2_OK = 0,                      /* success */
+  GE2_ERROR_INVALID_ARGUMENT = 1,  /* NULL pointer, bad size, unknown enum, bad name, bad stride */
+  GE2_ERROR_SHAPE_MISMATCH = 2,    /* operand shapes or dtypes that do not fit together */
+  GE2_ERROR_UNSUPPORTED = 3,       /* valid request this build or device cannot run */
+  GE2_ERROR_NO_DEVICE = 4,         /* a CUDA device was required and none is usable */
+  GE2_ERROR_CUDA = 5,              /* a CUDA runtime call failed; message has cudaGetErrorString */
+  GE2_ERROR_CUBLAS = 6,            /* a cuBLASLt call failed; message has the cuBLAS status name */
+  GE2_ERROR_OUT_OF_MEMORY = 7,     /* host or device allocation failed */
+  GE2_ERROR_TUNEDB = 8,            /* the tuning database could not be opened, read or written */
+  GE2_ERROR_VERSION_MISMATCH = 9,  /* caller and library disagree on GE2_API_VERSION */
   GE2_ERROR_INTERNAL = 10,         /* a bug in ge2; please report the message */
   GE2_STATUS_MAX_ENUM = 0x7fffffff /* not a value: keeps the enum 32 bits wide */
 } ge2_status_t;
@@ -120,26 +120,26 @@ GE2_API const char* ge2_get_version_string(void);
 
 /* Element types. Arithmetic always accumulates in fp32 (or fp64 nowhere). */
 typedef enum ge2_dtype {
-  GE2_DTYPE_F16 = 1,  /* IEEE binary16 */
-  GE2_DTYPE_BF16 = 2, /* bfloat16 */
-  GE2_DTYPE_F32 = 3,   /* IEEE binary32 */
+  GE2_DTYPE_F16 = 1,              /* IEEE binary16 */
+  GE2_DTYPE_BF16 = 2,             /* bfloat16 */
+  GE2_DTYPE_F32 = 3,              /* IEEE binary32 */
   GE2_DTYPE_MAX_ENUM = 0x7fffffff /* not a value: keeps the enum 32 bits wide */
 } ge2_dtype_t;
 
 /* Activations. The numeric codes follow the original roadmap (2 = erf GELU). */
 typedef enum ge2_activation {
   GE2_ACT_NONE = 0,
-  GE2_ACT_RELU = 1,     /* max(x, 0) */
-  GE2_ACT_GELU_ERF = 2, /* x * 0.5 * (1 + erf(x / sqrt(2))) */
-  GE2_ACT_GELU_TANH = 3, /* x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) */
+  GE2_ACT_RELU = 1,             /* max(x, 0) */
+  GE2_ACT_GELU_ERF = 2,         /* x * 0.5 * (1 + erf(x / sqrt(2))) */
+  GE2_ACT_GELU_TANH = 3,        /* x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) */
   GE2_ACT_MAX_ENUM = 0x7fffffff /* not a value: keeps the enum 32 bits wide */
 } ge2_activation_t;
 
 /* Which backend a context runs on. */
 typedef enum ge2_device_kind {
-  GE2_DEVICE_AUTO = 0, /* CUDA when a usable device exists, else the CPU backend */
-  GE2_DEVICE_CUDA = 1, /* CUDA only; GE2_ERROR_NO_DEVICE if there is none */
-  GE2_DEVICE_CPU = 2,   /* the CPU reference backend */
+  GE2_DEVICE_AUTO = 0,             /* CUDA when a usable device exists, else the CPU backend */
+  GE2_DEVICE_CUDA = 1,             /* CUDA only; GE2_ERROR_NO_DEVICE if there is none */
+  GE2_DEVICE_CPU = 2,              /* the CPU reference backend */
   GE2_DEVICE_MAX_ENUM = 0x7fffffff /* not a value: keeps the enum 32 bits wide */
 } ge2_device_kind_t;
 
@@ -147,7 +147,7 @@ typedef enum ge2_device_kind {
 typedef enum ge2_tune_mode {
   GE2_TUNE_OFF = 0,    /* cuBLASLt heuristic's first choice; the tuning database is not read */
   GE2_TUNE_CACHED = 1, /* use tuned results from the database; never tune while compiling */
-  GE2_TUNE_TUNE = 2,    /* like CACHED, and tune a missing problem once, at plan compile time */
+  GE2_TUNE_TUNE = 2,   /* like CACHED, and tune a missing problem once, at plan compile time */
   GE2_TUNE_MAX_ENUM = 0x7fffffff /* not a value: keeps the enum 32 bits wide */
 } ge2_tune_mode_t;
 

@@ -37,7 +37,8 @@ TEST_CASE("plan: a GEMM -> bias -> GELU chain compiles to one fused step and say
   CHECK(fusion_noted);
 }
 
-TEST_CASE("compile options: graph_replay is recorded; a 2.0 caller's shorter struct reads it as 0") {
+TEST_CASE(
+    "compile options: graph_replay is recorded; a 2.0 caller's shorter struct reads it as 0") {
   auto context = make_context(GE2_DEVICE_CPU);
   auto memory = host_memory();
   GemmCase c;

@@ -13,7 +13,8 @@
 namespace {
 
 void check(ge2_status_t status) {
-  if (status != GE2_OK) throw std::runtime_error(std::string(ge2_status_string(status)) + ": " + ge2_last_error());
+  if (status != GE2_OK)
+    throw std::runtime_error(std::string(ge2_status_string(status)) + ": " + ge2_last_error());
 }
 
 struct ContextDeleter {
@@ -41,7 +42,8 @@ int main() try {
   ge2_graph_t* raw_graph = nullptr;
   check(ge2_graph_create(&raw_graph));
   std::unique_ptr<ge2_graph_t, GraphDeleter> graph(raw_graph);
-  ge2_tensor_desc_t dx{GE2_DTYPE_F32, 2, {m, k}, {}}, dw{GE2_DTYPE_F32, 2, {k, n}, {}}, db{GE2_DTYPE_F32, 1, {n}, {}};
+  ge2_tensor_desc_t dx{GE2_DTYPE_F32, 2, {m, k}, {}}, dw{GE2_DTYPE_F32, 2, {k, n}, {}},
+      db{GE2_DTYPE_F32, 1, {n}, {}};
   ge2_value_t x, w, b, y;
   check(ge2_graph_add_input(graph.get(), "x", &dx, &x));
   check(ge2_graph_add_input(graph.get(), "w", &dw, &w));
@@ -57,7 +59,8 @@ int main() try {
   std::vector<float> hx(m * k), hw(k * n), hb(n), hy(m * n, NAN);
   for (auto* v : {&hx, &hw, &hb})
     for (float& e : *v) e = dist(rng);
-  ge2_binding_t bindings[] = {{"x", hx.data()}, {"w", hw.data()}, {"b", hb.data()}, {"y", hy.data()}};
+  ge2_binding_t bindings[] = {
+      {"x", hx.data()}, {"w", hw.data()}, {"b", hb.data()}, {"y", hy.data()}};
   check(ge2_plan_execute(plan.get(), bindings, 4, nullptr));
 
   double diff = 0, norm = 0;
@@ -70,8 +73,8 @@ int main() try {
       norm += want * want;
     }
   const double error = std::sqrt(diff / norm);
-  std::printf("consumer: ge2 %s, one fused GEMM+bias+GELU layer, relative error %.2e: %s\n", ge2_get_version_string(), error,
-              error < 1e-5 ? "PASS" : "FAIL");
+  std::printf("consumer: ge2 %s, one fused GEMM+bias+GELU layer, relative error %.2e: %s\n",
+              ge2_get_version_string(), error, error < 1e-5 ? "PASS" : "FAIL");
   return error < 1e-5 ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "consumer: %s\n", e.what());

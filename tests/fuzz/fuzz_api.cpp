@@ -79,14 +79,18 @@ void one_shot(ge2_context_t* context, Bytes& in) {
   p.activation = static_cast<ge2_activation_t>(in.u8() % 5);
   p.has_bias = in.u8() % 2;
   // Buffers sized for the largest valid case of these parameters, or skipped.
-  if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.lda < 0 || p.ldd < 0) {  // must be rejected before any access
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.lda < 0 ||
+      p.ldd < 0) {  // must be rejected before any access
     std::vector<float> tiny(16);
-    ge2_gemm_bias_act(context, &p, tiny.data(), tiny.data(), p.has_bias ? tiny.data() : nullptr, tiny.data(), nullptr);
+    ge2_gemm_bias_act(context, &p, tiny.data(), tiny.data(), p.has_bias ? tiny.data() : nullptr,
+                      tiny.data(), nullptr);
     return;
   }
-  if (p.m > 64 || p.n > 64 || p.k > 64 || p.lda > 64 || p.ldd > 64) return;  // larger than the buffers below
+  if (p.m > 64 || p.n > 64 || p.k > 64 || p.lda > 64 || p.ldd > 64)
+    return;  // larger than the buffers below
   std::vector<float> a(64 * 64 * 3, 0.5f), b(64 * 64 * 3, 0.25f), bias(64, 0.1f), d(64 * 64 * 3);
-  ge2_gemm_bias_act(context, &p, a.data(), b.data(), p.has_bias ? bias.data() : nullptr, d.data(), nullptr);
+  ge2_gemm_bias_act(context, &p, a.data(), b.data(), p.has_bias ? bias.data() : nullptr, d.data(),
+                    nullptr);
 }
 
 }  // namespace
@@ -109,7 +113,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   int names = 0;
   auto pick = [&]() -> ge2_value_t {
     const std::uint8_t r = in.u8();
-    if (values.empty() || r == 255) return static_cast<ge2_value_t>(static_cast<std::int8_t>(in.u8()));
+    if (values.empty() || r == 255)
+      return static_cast<ge2_value_t>(static_cast<std::int8_t>(in.u8()));
     return values[r % values.size()];
   };
   for (int step = 0; step < 24 && !in.empty(); ++step) {
@@ -136,19 +141,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       case 2: {
         const ge2_value_t a = pick(), b = pick();
-        status = ge2_graph_add_gemm(graph, a, b, in.u8() % 3 == 0 ? pick() : GE2_NO_VALUE, in.u8() % 5 ? &attrs : nullptr, &out);
+        status = ge2_graph_add_gemm(graph, a, b, in.u8() % 3 == 0 ? pick() : GE2_NO_VALUE,
+                                    in.u8() % 5 ? &attrs : nullptr, &out);
         break;
       }
       case 3:
         status = ge2_graph_add_bias(graph, pick(), pick(), &out);
         break;
       case 4:
-        status = ge2_graph_add_activation(graph, pick(), static_cast<ge2_activation_t>(in.u8() % 6), &out);
+        status = ge2_graph_add_activation(graph, pick(), static_cast<ge2_activation_t>(in.u8() % 6),
+                                          &out);
         break;
       case 5: {
         const ge2_value_t a = pick(), b = pick();
-        status = ge2_graph_add_gemm_bias_act(graph, a, b, in.u8() % 2 ? pick() : GE2_NO_VALUE, &attrs,
-                                             static_cast<ge2_activation_t>(in.u8() % 5), &out);
+        status =
+            ge2_graph_add_gemm_bias_act(graph, a, b, in.u8() % 2 ? pick() : GE2_NO_VALUE, &attrs,
+                                        static_cast<ge2_activation_t>(in.u8() % 5), &out);
         break;
       }
       case 6: {
