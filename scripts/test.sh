@@ -28,6 +28,9 @@ step "3. Python binding and API documentation"
 GE2_LIBRARY=$ROOT/build-cpu/src/libge2.so PYTHONPATH=$ROOT/bindings/python \
   python3 -m pytest -q -rs bindings/python/tests
 python3 scripts/check_api_docs.py build-cpu/src/libge2.so docs/api.md
+if command -v clang-format > /dev/null; then  # the tree is clang-formatted (.clang-format)
+  git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' '*.c' '*.h' | xargs clang-format --dry-run --Werror
+fi
 rm -rf /tmp/ge2-pip && python3 -m pip install -q --target /tmp/ge2-pip bindings/python
 GE2_LIBRARY=$ROOT/build-cpu/src/libge2.so PYTHONPATH=/tmp/ge2-pip \
   python3 -c "import ge2; print('pip-installed binding:', ge2.__file__, ge2.library_version())"
