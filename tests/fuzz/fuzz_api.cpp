@@ -1,6 +1,7 @@
 // libFuzzer target: arbitrary sequences of C API calls on the CPU backend.
 // Every call must return a status (never crash, hang or leak); compiled plans
 // with small tensors are executed on poisoned buffers.
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -174,6 +175,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     ge2_compile_options_t options;
     ge2_compile_options_init(&options);
     options.fuse = in.u8() % 2;
+    options.graph_replay = in.u8() % 2;
+    // A 2.0 caller's shorter struct, or one too short for any version.
+    switch (in.u8() % 3) {
+      case 1:
+        options.struct_size =
+            static_cast<std::uint32_t>(offsetof(ge2_compile_options_t, graph_replay));
+        break;
+      case 2:
+        options.struct_size = in.u8();
+        break;
+      default:
+        break;
+    }
     ge2_plan_t* plan = nullptr;
     if (ge2_plan_compile(context, graph, &options, &plan) == GE2_OK) {
       run_plan(plan, in);
