@@ -155,3 +155,22 @@ TEST_CASE(
   CHECK(select_gemm_kernel(problem(DType::F16, 512, 512, 512), old_gpu, {}).kernel ==
         KernelId::CudaF32);
 }
+
+TEST_CASE("gemm problem: op(A) and op(B) read a transposed operand through swapped strides") {
+  GemmProblem p = problem(DType::F16, 5, 7, 3);
+  p.batch = 2;
+  p.a = {2, 3, 5, 40, 1, 8};  // stored K x M, column-major-like strides
+  p.trans_a = true;
+  const MatrixView a = p.op_a();
+  CHECK(a.batch == 2);
+  CHECK(a.rows == 5);
+  CHECK(a.cols == 3);
+  CHECK(a.batch_stride == 40);
+  CHECK(a.row_stride == 8);
+  CHECK(a.col_stride == 1);
+  const MatrixView b = p.op_b();  // not transposed: the stored view
+  CHECK(b.rows == 3);
+  CHECK(b.cols == 7);
+  CHECK(b.row_stride == 7);
+  CHECK(b.col_stride == 1);
+}

@@ -11,6 +11,24 @@ double GemmProblem::min_bytes() const {
   return elements * static_cast<double>(dtype_size(dtype));
 }
 
+MatrixView GemmProblem::op_a() const {
+  return {batch,
+          m,
+          k,
+          a.batch_stride,
+          trans_a ? a.col_stride : a.row_stride,
+          trans_a ? a.row_stride : a.col_stride};
+}
+
+MatrixView GemmProblem::op_b() const {
+  return {batch,
+          k,
+          n,
+          b.batch_stride,
+          trans_b ? b.col_stride : b.row_stride,
+          trans_b ? b.row_stride : b.col_stride};
+}
+
 std::string GemmProblem::shape_string() const {
   return batch > 1 ? fmt::format("{}x{}x{}x{}", batch, m, n, k) : fmt::format("{}x{}x{}", m, n, k);
 }

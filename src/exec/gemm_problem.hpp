@@ -26,6 +26,10 @@ struct GemmProblem {
   // Bytes a kernel must move at least: A, B (and C) read once, D written once.
   double min_bytes() const;
   std::string shape_string() const;  // "MxNxK" or "BxMxNxK"
+  // op(A) as an M x K view and op(B) as a K x N view: a transposed operand is
+  // read through its swapped strides.
+  MatrixView op_a() const;
+  MatrixView op_b() const;
 };
 
 // `storage[v]` is the memory layout of value v (inputs and outputs may be strided).

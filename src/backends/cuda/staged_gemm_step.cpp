@@ -19,6 +19,9 @@ class StagedLtGemmStep final : public Step {
                    const GemmSlots& slots, AlgoChooser& chooser)
       : original_(problem),
         padded_(staged_problem(problem)),
+        // op(A) and op(B) are read through their strides, so transposes are normalised too.
+        op_a_(problem.op_a()),
+        op_b_(problem.op_b()),
         matmul_(handle, padded_, kernel),
         slots_(slots) {
     choice_ = chooser.choose(matmul_);
@@ -36,21 +39,8 @@ class StagedLtGemmStep final : public Step {
     const auto stream = static_cast<cudaStream_t>(s.stream);
     const GemmProblem& p = original_;
     const DType t = p.dtype;
-    // op(A) and op(B) read through their strides, so transposes are normalised too.
-    const MatrixView op_a{p.batch,
-                          p.m,
-                          p.k,
-                          p.a.batch_stride,
-                          p.trans_a ? p.a.col_stride : p.a.row_stride,
-                          p.trans_a ? p.a.row_stride : p.a.col_stride};
-    const MatrixView op_b{p.batch,
-                          p.k,
-                          p.n,
-                          p.b.batch_stride,
-                          p.trans_b ? p.b.col_stride : p.b.row_stride,
-                          p.trans_b ? p.b.row_stride : p.b.col_stride};
-    launch_copy_matrix(t, op_a, slot_pointer(s, slots_.a), batch_of(padded_.a), a_.data(), stream);
-    launch_copy_matrix(t, op_b, slot_pointer(s, slots_.b), batch_of(padded_.b), b_.data(), stream);
+    launch_copy_matrix(t, op_a_, slot_pointer(s, slots_.a), batch_of(padded_.a), a_.data(), stream);
+    launch_copy_matrix(t, op_b_, slot_pointer(s, slots_.b), batch_of(padded_.b), b_.data(), stream);
     if (p.has_bias) {
       const MatrixView bias_src{1, 1, p.n, 0, 0, p.bias_stride},
           bias_dst{1, 1, padded_.n, 0, padded_.n, 1};
@@ -90,6 +80,7 @@ class StagedLtGemmStep final : public Step {
   }
 
   GemmProblem original_, padded_;
+  MatrixView op_a_, op_b_;
   LtMatmul matmul_;
   GemmSlots slots_;
   AlgoChoice choice_;
