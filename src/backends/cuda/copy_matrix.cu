@@ -15,6 +15,7 @@
 #include "backends/cuda/cuda_errors.hpp"
 #include "backends/cuda/device_math.cuh"
 #include "backends/cuda/kernels.hpp"
+#include "backends/cuda/launch_geometry.cuh"
 
 namespace ge2::cuda {
 namespace {
@@ -30,22 +31,21 @@ struct CopyParams {
 template <typename T>
 using Bits = std::conditional_t<sizeof(T) == 2, std::uint16_t, std::uint32_t>;
 
-template <typename T>
-__device__ __forceinline__ void activate_vector(int act, uint4& packed) {
-  T* values = reinterpret_cast<T*>(&packed);
-#pragma unroll
-  for (int k = 0; k < static_cast<int>(16 / sizeof(T)); ++k)
-    values[k] = from_float<T>(activate(act, to_float(values[k])));
-}
-
 constexpr int kThreads = 128;
 
-int misalignment_bytes(const void* p) {
-  return static_cast<int>(reinterpret_cast<std::uintptr_t>(p) & 15u);
-}
+// Row `row` of the destination (all batches counted) and the source row it copies.
+template <typename E>
+struct RowPair {
+  const E* src;
+  E* dst;
+  bool inside;  // false past the source's rows: the destination row is zero-filled
+};
 
-__device__ __forceinline__ int device_misalignment(const void* p) {
-  return static_cast<int>(reinterpret_cast<std::uintptr_t>(p) & 15u);
+template <typename E>
+__device__ __forceinline__ RowPair<E> row_pair(const CopyParams& p, long long row) {
+  const long long z = row / p.dst_rows, i = row - z * p.dst_rows;
+  return {static_cast<const E*>(p.src) + z * p.s_bs + i * p.s_rs,
+          static_cast<E*>(p.dst) + z * p.d_bs + i * p.d_rs, i < p.src_rows};
 }
 
 // The 16 bytes starting kWordShift words (+ half_word_bits) into lo:hi.
@@ -87,12 +87,9 @@ __global__ void __launch_bounds__(kThreads) copy_rows_vectorised(CopyParams p) {
   constexpr int C = 16 / sizeof(E);
   const long long rows_total = p.batch * p.dst_rows;
   for (long long row = blockIdx.y; row < rows_total; row += gridDim.y) {
-    const long long z = row / p.dst_rows, i = row - z * p.dst_rows;
-    const bool inside = i < p.src_rows;
-    const E* src_row = static_cast<const E*>(p.src) + z * p.s_bs + i * p.s_rs;
-    E* dst_row = static_cast<E*>(p.dst) + z * p.d_bs + i * p.d_rs;
-    const int shift_s = device_misalignment(src_row) / static_cast<int>(sizeof(E));
-    const int shift_d = device_misalignment(dst_row) / static_cast<int>(sizeof(E));
+    const auto [src_row, dst_row, inside] = row_pair<E>(p, row);
+    const int shift_s = misalignment_bytes(src_row) / static_cast<int>(sizeof(E));
+    const int shift_d = misalignment_bytes(dst_row) / static_cast<int>(sizeof(E));
     // Destination vector w holds logical elements [w*C - shift_d, +C), which sit
     // in source vectors q and q+1 starting r elements into q.
     const int r = ((shift_s - shift_d) % C + C) % C;
@@ -124,7 +121,7 @@ __global__ void __launch_bounds__(kThreads) copy_rows_vectorised(CopyParams p) {
           out = take_16_bytes<3>(words, half_bits);
           break;
       }
-      if (p.act != 0) activate_vector<T>(p.act, out);
+      if (p.act != 0) out = bias_act_vector<T>(out, false, uint4{}, p.act);
       const long long first = w * C - shift_d;
       if (first >= 0 && first + C <= p.dst_cols) {
         *reinterpret_cast<uint4*>(dst_row + first) = out;
@@ -145,23 +142,13 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) copy_rows_scalar(CopyParams p) {
   const long long rows_total = p.batch * p.dst_rows;
   for (long long row = blockIdx.y; row < rows_total; row += gridDim.y) {
-    const long long z = row / p.dst_rows, i = row - z * p.dst_rows;
-    const bool inside = i < p.src_rows;
-    const T* src_row = static_cast<const T*>(p.src) + z * p.s_bs + i * p.s_rs;
-    T* dst_row = static_cast<T*>(p.dst) + z * p.d_bs + i * p.d_rs;
+    const auto [src_row, dst_row, inside] = row_pair<T>(p, row);
     for (long long j = blockIdx.x * static_cast<long long>(kThreads) + threadIdx.x; j < p.dst_cols;
          j += static_cast<long long>(gridDim.x) * kThreads)
       dst_row[j * p.d_cs] = (inside && j < p.src_cols)
                                 ? from_float<T>(activate(p.act, to_float(src_row[j * p.s_cs])))
                                 : from_float<T>(0.0f);
   }
-}
-
-dim3 grid_2d(long long rows_total, long long per_row_items) {
-  const long long x = std::min<long long>((per_row_items + kThreads - 1) / kThreads, 64);
-  const long long y = std::min<long long>(rows_total, 65535);
-  return dim3(static_cast<unsigned>(std::max<long long>(1, x)),
-              static_cast<unsigned>(std::max<long long>(1, y)));
 }
 
 template <typename T>
@@ -171,9 +158,10 @@ void launch_typed(const CopyParams& p, cudaStream_t stream) {
       misalignment_bytes(p.src) % sizeof(T) == 0 && misalignment_bytes(p.dst) % sizeof(T) == 0;
   if (element_aligned && p.s_cs == 1 && p.d_cs == 1) {
     copy_rows_vectorised<T>
-        <<<grid_2d(p.batch * p.dst_rows, (p.dst_cols + C) / C), kThreads, 0, stream>>>(p);
+        <<<grid_2d(p.batch * p.dst_rows, (p.dst_cols + C) / C, kThreads), kThreads, 0, stream>>>(p);
   } else {
-    copy_rows_scalar<T><<<grid_2d(p.batch * p.dst_rows, p.dst_cols), kThreads, 0, stream>>>(p);
+    copy_rows_scalar<T>
+        <<<grid_2d(p.batch * p.dst_rows, p.dst_cols, kThreads), kThreads, 0, stream>>>(p);
   }
 }
 

@@ -51,4 +51,20 @@ __device__ __forceinline__ float activate(int act, float x) {
   }
 }
 
+// act(x + bias) on each element of one 16-byte vector; bias only with has_bias.
+template <typename T>
+__device__ __forceinline__ uint4 bias_act_vector(uint4 x, bool has_bias, uint4 bias, int act) {
+  const T* values = reinterpret_cast<const T*>(&x);
+  const T* b = reinterpret_cast<const T*>(&bias);
+  uint4 result;
+  T* r = reinterpret_cast<T*>(&result);
+#pragma unroll
+  for (int e = 0; e < static_cast<int>(16 / sizeof(T)); ++e) {
+    float value = to_float(values[e]);
+    if (has_bias) value += to_float(b[e]);
+    r[e] = from_float<T>(activate(act, value));
+  }
+  return result;
+}
+
 }  // namespace ge2::cuda

@@ -8,6 +8,7 @@
 #include "backends/cuda/cuda_errors.hpp"
 #include "backends/cuda/device_math.cuh"
 #include "backends/cuda/kernels.hpp"
+#include "backends/cuda/launch_geometry.cuh"
 
 namespace ge2::cuda {
 namespace {
@@ -56,19 +57,10 @@ __global__ void elementwise_vectorised(ElementwiseParams p) {
     for (long long vj = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
          vj < vectors_per_row; vj += static_cast<long long>(gridDim.x) * blockDim.x) {
       const uint4 packed = *reinterpret_cast<const uint4*>(x_row + vj * kVec);
-      const T* in = reinterpret_cast<const T*>(&packed);
       uint4 bias_packed{};
       if (p.has_bias) bias_packed = *reinterpret_cast<const uint4*>(bias + vj * kVec);
-      const T* b = reinterpret_cast<const T*>(&bias_packed);
-      uint4 result;
-      T* r = reinterpret_cast<T*>(&result);
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        float v = to_float(in[e]);
-        if (p.has_bias) v += to_float(b[e]);
-        r[e] = from_float<T>(activate(p.act, v));
-      }
-      *reinterpret_cast<uint4*>(out_row + vj * kVec) = result;
+      *reinterpret_cast<uint4*>(out_row + vj * kVec) =
+          bias_act_vector<T>(packed, p.has_bias, bias_packed, p.act);
     }
   }
 }
@@ -79,7 +71,6 @@ __global__ void elementwise_vectorised(ElementwiseParams p) {
 template <typename T, int kUnroll>
 __global__ void __launch_bounds__(256)
     elementwise_flat(ElementwiseParams p, long long vectors, long long vectors_per_row) {
-  constexpr int kVec = 16 / sizeof(T);
   const uint4* x = static_cast<const uint4*>(p.x);
   const uint4* bias = static_cast<const uint4*>(p.bias);
   uint4* out = static_cast<uint4*>(p.out);
@@ -98,30 +89,9 @@ __global__ void __launch_bounds__(256)
       if (v >= vectors) continue;
       uint4 bias_packed{};
       if (p.has_bias) bias_packed = bias[v % vectors_per_row];
-      const T* values = reinterpret_cast<const T*>(&in[u]);
-      const T* b = reinterpret_cast<const T*>(&bias_packed);
-      uint4 result;
-      T* r = reinterpret_cast<T*>(&result);
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) {
-        float value = to_float(values[e]);
-        if (p.has_bias) value += to_float(b[e]);
-        r[e] = from_float<T>(activate(p.act, value));
-      }
-      out[v] = result;
+      out[v] = bias_act_vector<T>(in[u], p.has_bias, bias_packed, p.act);
     }
   }
-}
-
-dim3 grid_2d(long long rows_total, long long per_row_items, int threads) {
-  const long long x = std::min<long long>((per_row_items + threads - 1) / threads, 64);
-  const long long y = std::min<long long>(rows_total, 65535);
-  return dim3(static_cast<unsigned>(std::max<long long>(1, x)),
-              static_cast<unsigned>(std::max<long long>(1, y)));
-}
-
-bool aligned16(const void* pointer) {
-  return (reinterpret_cast<std::uintptr_t>(pointer) & 15u) == 0;
 }
 
 template <typename T>
@@ -143,8 +113,7 @@ void launch_typed(const ElementwiseParams& p, bool vectorise, bool dense, cudaSt
         <<<grid_2d(p.batch * p.rows, vectors, kThreads), kThreads, 0, stream>>>(p);
     return;
   }
-  const long long work =
-      vectorise ? p.batch * p.rows * (p.cols / (16 / sizeof(T))) : p.batch * p.rows * p.cols;
+  const long long work = p.batch * p.rows * p.cols;
   // Enough blocks to fill the chip several times; the loops stride over the rest.
   const unsigned blocks = static_cast<unsigned>(
       std::max<long long>(1, std::min<long long>((work + kThreads - 1) / kThreads, 132LL * 16)));
@@ -172,10 +141,11 @@ void launch_elementwise(const ElementwiseProblem& pr, const void* x, const void*
                       static_cast<int>(pr.act),
                       pr.has_bias};
   const long long vec = 16 / static_cast<long long>(dtype_size(pr.x.dtype));
-  const bool vectorise =
-      xv.col_stride == 1 && ov.col_stride == 1 && xv.cols % vec == 0 && xv.row_stride % vec == 0 &&
-      ov.row_stride % vec == 0 && xv.batch_stride % vec == 0 && ov.batch_stride % vec == 0 &&
-      aligned16(x) && aligned16(out) && (!pr.has_bias || (pr.bias_stride == 1 && aligned16(bias)));
+  const bool vectorise = xv.col_stride == 1 && ov.col_stride == 1 && xv.cols % vec == 0 &&
+                         xv.row_stride % vec == 0 && ov.row_stride % vec == 0 &&
+                         xv.batch_stride % vec == 0 && ov.batch_stride % vec == 0 &&
+                         misalignment_bytes(x) == 0 && misalignment_bytes(out) == 0 &&
+                         (!pr.has_bias || (pr.bias_stride == 1 && misalignment_bytes(bias) == 0));
   auto dense = [](const MatrixView& v) {
     return v.col_stride == 1 && v.row_stride == v.cols &&
            (v.batch <= 1 || v.batch_stride == v.rows * v.cols);
