@@ -44,7 +44,6 @@ GraphExec GraphReplayCache::record(const std::vector<std::unique_ptr<Step>>& ste
   const Graph graph(raw);
   cudaGraphExec_t exec = nullptr;
   GE2_CUDA_CHECK(cudaGraphInstantiate(&exec, graph.get(), 0));
-  ++recordings_;
   return GraphExec(exec);
 }
 

@@ -21,7 +21,6 @@ class GraphReplayCache {
 
   // The executable graph for state.slots, recorded now if they are new.
   cudaGraphExec_t get(const std::vector<std::unique_ptr<Step>>& steps, const ExecState& state);
-  std::size_t recordings() const { return recordings_; }
 
  private:
   struct Entry {
@@ -36,7 +35,6 @@ class GraphReplayCache {
   Stream stream_;
   DeviceBuffer workspace_;
   std::vector<Entry> entries_;  // least recently used first
-  std::size_t recordings_ = 0;
 };
 
 }  // namespace ge2::cuda
