@@ -479,6 +479,24 @@ ge2_context_t* make_context(ge2_tune_mode_t mode, const std::string& tunedb) {
   return context;
 }
 
+// Host time of one enqueue call, after 50 warm-up calls: 31 batches of 100
+// calls timed with a host clock (short enough not to fill the launch queue),
+// each followed by a synchronisation; the median batch.
+template <typename Call>
+double median_host_us_per_call(Call&& call, cudaStream_t stream) {
+  for (int i = 0; i < 50; ++i) call();
+  CUDA_OR_DIE(cudaStreamSynchronize(stream));
+  std::vector<double> host_us;
+  for (int rep = 0; rep < 31; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 100; ++i) call();
+    const auto t1 = std::chrono::steady_clock::now();
+    CUDA_OR_DIE(cudaStreamSynchronize(stream));
+    host_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 100);
+  }
+  return median_of(host_us);
+}
+
 // The floor under ge2's per-node host cost: cublasLtMatmul alone, called with
 // descriptors and an algorithm prepared once (as ge2's steps do), for one
 // hidden x hidden f16 layer with the bias+ReLU epilogue. Median host us per call.
@@ -529,16 +547,7 @@ double cublaslt_host_us_per_call(cudaStream_t stream, std::int64_t batch, std::i
     LT_OR_DIE(cublasLtMatmul(lt, desc, &alpha, b, lb, a, la, &beta, d, ld, d, ld, &result.algo,
                              workspace, workspace_bytes, stream));
   };
-  for (int i = 0; i < 50; ++i) call();
-  CUDA_OR_DIE(cudaStreamSynchronize(stream));
-  std::vector<double> host_us;
-  for (int rep = 0; rep < 31; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 100; ++i) call();
-    const auto t1 = std::chrono::steady_clock::now();
-    CUDA_OR_DIE(cudaStreamSynchronize(stream));
-    host_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 100);
-  }
+  const double host_us = median_host_us_per_call(call, stream);
   cublasLtMatmulPreferenceDestroy(preference);
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lb);
@@ -547,7 +556,7 @@ double cublaslt_host_us_per_call(cudaStream_t stream, std::int64_t batch, std::i
   cublasLtDestroy(lt);
   for (void* p : {a, b, bias, d, workspace}) cudaFree(p);
 #undef LT_OR_DIE
-  return median_of(host_us);
+  return host_us;
 }
 
 // Host time to enqueue one execution of an N-layer 32-wide MLP, per node, and
@@ -597,43 +606,19 @@ nlohmann::json measure_overhead(ge2_context_t* context, cudaStream_t stream, int
     bind(names[static_cast<std::size_t>(2 * l + 1)].c_str(), static_cast<std::size_t>(hidden * 2));
   }
   bind("y", static_cast<std::size_t>(batch * hidden * 2));
-  for (int i = 0; i < 50; ++i)
+  auto execute = [&] {
     GE2_OK_OR_DIE(ge2_plan_execute(plan, bindings.data(), bindings.size(), stream));
-  CUDA_OR_DIE(cudaStreamSynchronize(stream));
-  // Host cost: enqueue calls timed with a host clock, in batches short enough
-  // not to fill the launch queue; median over batches.
-  std::vector<double> host_us;
-  for (int rep = 0; rep < 31; ++rep) {
-    const int calls = 100;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < calls; ++i)
-      GE2_OK_OR_DIE(ge2_plan_execute(plan, bindings.data(), bindings.size(), stream));
-    const auto t1 = std::chrono::steady_clock::now();
-    CUDA_OR_DIE(cudaStreamSynchronize(stream));
-    host_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / calls);
-  }
-  std::sort(host_us.begin(), host_us.end());
+  };
+  const double host_us = median_host_us_per_call(execute, stream);
   // Device time per eager execution (events around 100 back-to-back executions).
-  cudaEvent_t start, stop;
-  CUDA_OR_DIE(cudaEventCreate(&start));
-  CUDA_OR_DIE(cudaEventCreate(&stop));
+  GroupTimer timer;
   auto time_us = [&](auto&& body, int count) {
     std::vector<double> t;
-    for (int rep = 0; rep < 21; ++rep) {
-      CUDA_OR_DIE(cudaEventRecord(start, stream));
-      for (int i = 0; i < count; ++i) body();
-      CUDA_OR_DIE(cudaEventRecord(stop, stream));
-      CUDA_OR_DIE(cudaEventSynchronize(stop));
-      float ms = 0;
-      CUDA_OR_DIE(cudaEventElapsedTime(&ms, start, stop));
-      t.push_back(ms * 1e3 / count);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    for (int rep = 0; rep < 21; ++rep)
+      t.push_back(timer.time_group([&](int) { body(); }, count, 0, stream));
+    return median_of(t);
   };
-  const double eager_us = time_us(
-      [&] { GE2_OK_OR_DIE(ge2_plan_execute(plan, bindings.data(), bindings.size(), stream)); },
-      100);
+  const double eager_us = time_us(execute, 100);
   // CUDA-graph capture of one execution (after warm-up, nothing allocates).
   cudaGraph_t cuda_graph;
   cudaGraphExec_t instance;
@@ -645,16 +630,14 @@ nlohmann::json measure_overhead(ge2_context_t* context, cudaStream_t stream, int
   const double replay_us = time_us([&] { CUDA_OR_DIE(cudaGraphLaunch(instance, stream)); }, 100);
   cudaGraphExecDestroy(instance);
   cudaGraphDestroy(cuda_graph);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   ge2_plan_destroy(plan);
   for (void* p : buffers) cudaFree(p);
   return {{"layers", layers},
           {"graph_replay", graph_replay},
           {"batch", batch},
           {"hidden", hidden},
-          {"host_us_per_execute", host_us[host_us.size() / 2]},
-          {"host_us_per_node", host_us[host_us.size() / 2] / layers},
+          {"host_us_per_execute", host_us},
+          {"host_us_per_node", host_us / layers},
           {"cublaslt_alone_host_us_per_call", cublaslt_host_us_per_call(stream, batch, hidden)},
           {"eager_us_per_execute", eager_us},
           {"graph_replay_us", replay_us}};
