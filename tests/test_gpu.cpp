@@ -386,15 +386,7 @@ TEST_CASE("gpu: the tuner end to end: tune mode stores the winner, a cached cont
   const std::string db = "/tmp/ge2-gpu-test-tunedb-" + std::to_string(::getpid()) + ".sqlite";
   std::remove(db.c_str());
   auto plan_source = [&](ge2_tune_mode_t mode) {
-    ge2_context_options_t options;
-    ge2_context_options_init(&options);
-    options.device = GE2_DEVICE_CUDA;
-    options.tune_mode = mode;
-    options.tunedb_path = db.c_str();
-    ge2_context_t* raw = nullptr;
-    REQUIRE_MESSAGE(ge2_context_create(GE2_API_VERSION, &options, &raw) == GE2_OK,
-                    std::string(ge2_last_error()));
-    ContextPtr context(raw);
+    ContextPtr context = make_tuning_context(GE2_DEVICE_CUDA, mode, db);
     DeviceMemory memory;
     GemmCase c;
     c.dtype = GE2_DTYPE_F16;

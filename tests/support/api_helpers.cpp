@@ -8,15 +8,33 @@
 
 namespace ge2::test {
 
+namespace {
+
+ContextPtr create_context(const ge2_context_options_t& options) {
+  ge2_context_t* context = nullptr;
+  const ge2_status_t status = ge2_context_create(GE2_API_VERSION, &options, &context);
+  REQUIRE_MESSAGE(status == GE2_OK, std::string(ge2_last_error()));
+  return ContextPtr(context);
+}
+
+}  // namespace
+
 ContextPtr make_context(ge2_device_kind_t device) {
   ge2_context_options_t options;
   ge2_context_options_init(&options);
   options.device = device;
   options.tunedb_path = "";
-  ge2_context_t* context = nullptr;
-  const ge2_status_t status = ge2_context_create(GE2_API_VERSION, &options, &context);
-  REQUIRE_MESSAGE(status == GE2_OK, std::string(ge2_last_error()));
-  return ContextPtr(context);
+  return create_context(options);
+}
+
+ContextPtr make_tuning_context(ge2_device_kind_t device, ge2_tune_mode_t mode,
+                               const std::string& tunedb_path) {
+  ge2_context_options_t options;
+  ge2_context_options_init(&options);
+  options.device = device;
+  options.tune_mode = mode;
+  options.tunedb_path = tunedb_path.c_str();
+  return create_context(options);
 }
 
 GraphPtr make_graph() {

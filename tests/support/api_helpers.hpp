@@ -29,6 +29,9 @@ using GraphPtr = std::unique_ptr<ge2_graph_t, GraphDeleter>;
 using PlanPtr = std::unique_ptr<ge2_plan_t, PlanDeleter>;
 
 ContextPtr make_context(ge2_device_kind_t device);
+// A context in `mode` with its tuning database at `tunedb_path`.
+ContextPtr make_tuning_context(ge2_device_kind_t device, ge2_tune_mode_t mode,
+                               const std::string& tunedb_path);
 GraphPtr make_graph();
 
 // Where tensors live during execution: host memory, or device memory in GPU tests.
