@@ -119,8 +119,7 @@ class CudaBackend final : public Backend {
       execute_staged(steps, state, io_bytes, io_is_output, plan_state);
       return;
     }
-    if (plan_state.replay && replay(steps, state, plan_state)) return;
-    run_ordered(steps, state, plan_state);
+    run_ordered(steps, state, plan_state, /*allow_replay=*/true);
   }
 
  private:
@@ -153,45 +152,34 @@ class CudaBackend final : public Backend {
     return any_host;
   }
 
+  // `allow_replay`: with the graph_replay option, launch the plan's recorded
+  // graph instead of its steps (not for staged host pointers, whose temporary
+  // buffers differ every time).
   void run_ordered(const std::vector<std::unique_ptr<Step>>& steps, ExecState& state,
-                   CudaPlanState& ps) {
+                   CudaPlanState& ps, bool allow_replay) {
     const auto stream = static_cast<cudaStream_t>(state.stream);
     // A stream being captured into a CUDA graph runs nothing now and may not wait
     // on work outside the capture: ordering replays against eager executions is
     // the caller's, and the capture leaves the plan's ordering state untouched.
+    // The steps themselves then go into the caller's graph.
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     GE2_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     const bool capturing = capture != cudaStreamCaptureStatusNone;
     // Executions of one plan share its intermediates: a new stream waits for the last one.
     if (!capturing && ps.recorded && ps.last_stream != stream)
       GE2_CUDA_CHECK(cudaStreamWaitEvent(stream, ps.done.get(), 0));
-    state.workspace = workspaces_.get(stream);
-    state.workspace_bytes = workspaces_.bytes();
-    for (const auto& step : steps) step->run(state);
+    if (!capturing && allow_replay && ps.replay) {
+      GE2_CUDA_CHECK(cudaGraphLaunch(ps.replay->get(steps, state), stream));
+    } else {
+      state.workspace = workspaces_.get(stream);
+      state.workspace_bytes = workspaces_.bytes();
+      for (const auto& step : steps) step->run(state);
+    }
     if (!capturing) {
       GE2_CUDA_CHECK(cudaEventRecord(ps.done.get(), stream));
       ps.last_stream = stream;
       ps.recorded = true;
     }
-  }
-
-  // Launches the plan's recorded graph on the caller's stream, ordered like
-  // run_ordered. Returns false when the caller's stream is itself being
-  // captured: the steps then go into the caller's graph as usual.
-  bool replay(const std::vector<std::unique_ptr<Step>>& steps, ExecState& state,
-              CudaPlanState& ps) {
-    const auto stream = static_cast<cudaStream_t>(state.stream);
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    GE2_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture != cudaStreamCaptureStatusNone) return false;
-    const cudaGraphExec_t graph = ps.replay->get(steps, state);
-    if (ps.recorded && ps.last_stream != stream)
-      GE2_CUDA_CHECK(cudaStreamWaitEvent(stream, ps.done.get(), 0));
-    GE2_CUDA_CHECK(cudaGraphLaunch(graph, stream));
-    GE2_CUDA_CHECK(cudaEventRecord(ps.done.get(), stream));
-    ps.last_stream = stream;
-    ps.recorded = true;
-    return true;
   }
 
   // Host pointers: copy through temporary device buffers, synchronously. Outputs
@@ -209,7 +197,7 @@ class CudaBackend final : public Backend {
                                      cudaMemcpyHostToDevice, stream));
       state.slots[i] = staged.back().data();
     }
-    run_ordered(steps, state, ps);
+    run_ordered(steps, state, ps, /*allow_replay=*/false);
     for (std::size_t i = 0; i < state.slots.size(); ++i) {
       if (io_bytes[i] == 0 || !ps.is_host[i] || !io_is_output[i]) continue;
       GE2_CUDA_CHECK(
