@@ -344,12 +344,13 @@ TEST_CASE("gpu: graph replay follows new data, new bindings and other streams") 
   void* pw2 = memory.upload(w2);
   void* pb2 = memory.upload(b2);
   struct Set {
-    HostTensor x = make_tensor(GE2_DTYPE_F16, {96, 160});
-    HostTensor y = make_tensor(GE2_DTYPE_F16, {96, 136});
+    HostTensor x, y;
     void* px = nullptr;
     void* py = nullptr;
   } sets[2];
   for (Set& set : sets) {
+    set.x = make_tensor(GE2_DTYPE_F16, {m, k});
+    set.y = make_tensor(GE2_DTYPE_F16, {m, n});
     set.px = memory.upload(set.x);
     set.py = memory.upload(set.y);
   }
