@@ -33,8 +33,10 @@
 **
 ** Thread safety: contexts, graphs and plans may be used from several threads.
 ** A context and a plan lock internally; a graph must not be modified by two
-** threads at once (the library detects this and returns
-** GE2_ERROR_INVALID_ARGUMENT rather than corrupting it). Executions of one
+** threads at once, nor modified while another thread compiles it or reads a
+** description from it (the library detects this and returns
+** GE2_ERROR_INVALID_ARGUMENT rather than corrupting it; several threads may
+** compile one graph at once). Executions of one
 ** plan are ordered (they share the plan's intermediate buffers); executions
 ** of different plans on different CUDA streams run concurrently.
 */
@@ -118,7 +120,7 @@ GE2_API const char* ge2_get_version_string(void);
 /* Enumerations                                                              */
 /* ------------------------------------------------------------------------- */
 
-/* Element types. Arithmetic always accumulates in fp32 (or fp64 nowhere). */
+/* Element types. Arithmetic always accumulates in fp32. */
 typedef enum ge2_dtype {
   GE2_DTYPE_F16 = 1,              /* IEEE binary16 */
   GE2_DTYPE_BF16 = 2,             /* bfloat16 */
@@ -126,7 +128,7 @@ typedef enum ge2_dtype {
   GE2_DTYPE_MAX_ENUM = 0x7fffffff /* not a value: keeps the enum 32 bits wide */
 } ge2_dtype_t;
 
-/* Activations. The numeric codes follow the original roadmap (2 = erf GELU). */
+/* Activations. The numeric values are part of the ABI. */
 typedef enum ge2_activation {
   GE2_ACT_NONE = 0,
   GE2_ACT_RELU = 1,             /* max(x, 0) */
@@ -168,8 +170,13 @@ typedef struct ge2_context_options {
   ge2_device_kind_t device;  /* default GE2_DEVICE_AUTO */
   int device_ordinal;        /* CUDA device index, default 0 */
   ge2_tune_mode_t tune_mode; /* default GE2_TUNE_CACHED */
-  const char* tunedb_path;   /* NULL: $GE2_TUNEDB, else ~/.cache/ge2/tunedb.sqlite;
+  const char* tunedb_path;   /* NULL: $GE2_TUNEDB, else $XDG_CACHE_HOME/ge2/tunedb.sqlite,
+                                else ~/.cache/ge2/tunedb.sqlite;
                                 "" : no database, in-memory tuning cache only */
+  uint32_t one_shot_cache_size; /* how many compiled plans ge2_gemm_bias_act keeps, the
+                                   least recently used evicted first; 0 compiles every
+                                   call. Default 256. (Added in 2.2; older callers'
+                                   smaller struct_size reads as the default.) */
 } ge2_context_options_t;
 
 /* ge2_context_options_init: fill *options with defaults. options must not be NULL. */
@@ -183,13 +190,22 @@ GE2_API ge2_status_t ge2_context_options_init(ge2_context_options_t* options);
 **   out          receives the new context.
 ** Errors: GE2_ERROR_NO_DEVICE when GE2_DEVICE_CUDA was asked for and no device
 ** is usable (or the library was built without CUDA); GE2_ERROR_CUDA /
-** GE2_ERROR_CUBLAS when initialisation fails; GE2_ERROR_TUNEDB when the tuning
-** database cannot be opened in a mode that needs it.
+** GE2_ERROR_CUBLAS when initialisation fails; GE2_ERROR_TUNEDB in
+** GE2_TUNE_TUNE mode when the tuning database cannot be created or opened.
+** In GE2_TUNE_CACHED mode the database is a cache: a missing, unreadable,
+** corrupt, foreign or other-version file is not an error; ge2 warns once on
+** stderr, counts it in ge2_context_describe ("tuning.tunedb_errors") and uses
+** cuBLASLt's heuristic. A file ge2 does not recognise as its own tuning
+** database is never written, in any mode.
 */
 GE2_API ge2_status_t ge2_context_create(int api_version, const ge2_context_options_t* options,
                                         ge2_context_t** out);
 
-/* ge2_context_destroy: release the context. Plans compiled from it must be destroyed first. */
+/*
+** ge2_context_destroy: release the context. Plans compiled from it stay valid:
+** each holds what it needs of the context (device, cuBLASLt handle) until the
+** plan itself is destroyed, so plans and context may be destroyed in any order.
+*/
 GE2_API void ge2_context_destroy(ge2_context_t* context);
 
 /* ge2_context_get_device_kind: the backend actually chosen (GE2_DEVICE_CUDA or GE2_DEVICE_CPU). */
@@ -198,8 +214,10 @@ GE2_API ge2_status_t ge2_context_get_device_kind(const ge2_context_t* context,
 
 /*
 ** ge2_context_describe: a JSON object describing the context (backend, device
-** name, compute capability, SM count, cuBLASLt version, tuning database path
-** and mode). The string is owned by the context.
+** name, compute capability, SM count, cuBLASLt version, tuning database path,
+** mode and errors, the one-shot plan cache's size and hit counts). The string
+** is owned by the context and stays valid until the context is destroyed;
+** a later call returns a new string when the description changed.
 */
 GE2_API ge2_status_t ge2_context_describe(ge2_context_t* context, const char** json_out);
 
@@ -214,6 +232,12 @@ GE2_API ge2_status_t ge2_context_describe(ge2_context_t* context, const char** j
 ** its two inner strides is 1 (row-major or column-major with any leading
 ** dimension); other layouts run on the fallback kernels. Strides must not make
 ** distinct elements overlap.
+**
+** Size limits, checked everywhere sizes enter (descriptions, GEMM results,
+** one-shot parameters) so that no size computation can overflow: every
+** dimension is at most 2^31, every tensor (a GEMM's result included: batch *
+** M * N) has at most 2^40 elements and its strides span at most 2^40 elements.
+** Larger requests fail with GE2_ERROR_INVALID_ARGUMENT.
 */
 typedef struct ge2_tensor_desc {
   ge2_dtype_t dtype;
@@ -360,7 +384,12 @@ typedef struct ge2_binding {
 
 /*
 ** ge2_plan_execute: run the plan. Every input and output must be bound exactly
-** once. On the CPU backend data are host pointers and stream must be NULL. On
+** once, so num_bindings is at most ge2_plan_io_count (a larger count is
+** refused before the array is read). Each binding must span the io's
+** required_bytes. An output's bytes [data, data + required_bytes) must not
+** overlap the bytes of any other binding (inputs may overlap each other);
+** overlapping bindings are refused with GE2_ERROR_INVALID_ARGUMENT.
+** On the CPU backend data are host pointers and stream must be NULL. On
 ** CUDA, data are device pointers (from cudaMalloc, CuPy, PyTorch, ...) and the
 ** work is queued on stream (a cudaStream_t; NULL is the legacy default
 ** stream); the call returns without waiting. Host pointers are accepted too and
@@ -374,7 +403,7 @@ GE2_API ge2_status_t ge2_plan_execute(ge2_plan_t* plan, const ge2_binding_t* bin
 /* ------------------------------------------------------------------------- */
 
 /*
-** The roadmap's parameter block. All matrices are row-major. Leading
+** The one-shot call's parameter block. All matrices are row-major. Leading
 ** dimensions and batch strides are in elements; 0 means tight.
 **   A: [batch,] M x K (trans_a: K x M), B: [batch,] K x N (trans_b: N x K),
 **   D: [batch,] M x N, bias: N elements (shared by the batch).
@@ -397,9 +426,10 @@ GE2_API ge2_status_t ge2_gemm_params_init(ge2_gemm_params_t* params);
 
 /*
 ** ge2_gemm_bias_act: D = act(alpha * op(A) * op(B) + bias) in one call. The
-** compiled plan is cached in the context per parameter block, so repeated
-** calls cost one look-up. Pointers and stream follow ge2_plan_execute's rules;
-** bias must be NULL exactly when has_bias is 0.
+** compiled plan is cached in the context per parameter block (see
+** one_shot_cache_size), so repeated calls cost one look-up. Pointers and
+** stream follow ge2_plan_execute's rules, D included: D must not overlap A, B
+** or bias. bias must be NULL exactly when has_bias is 0.
 */
 GE2_API ge2_status_t ge2_gemm_bias_act(ge2_context_t* context, const ge2_gemm_params_t* params,
                                        const void* a, const void* b, const void* bias, void* d,

@@ -1,5 +1,7 @@
 // The C API boundary: runs a body, turns every exception into a status and the
-// thread-local message, so that nothing throws across ge_v2_api.h.
+// thread-local message, so that nothing throws across ge_v2_api.h. The body
+// receives the API function's name: inside a lambda, __func__ would name the
+// lambda's operator() instead.
 #pragma once
 
 #include <new>
@@ -13,7 +15,7 @@ namespace ge2 {
 template <typename Body>
 ge2_status_t guarded(const char* function, Body&& body) noexcept {
   try {
-    body();
+    body(static_cast<const char*>(function));
     return GE2_OK;
   } catch (const Error& error) {
     std::string message = error.what();

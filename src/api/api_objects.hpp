@@ -1,26 +1,32 @@
 // The structs behind the opaque handles of ge_v2_api.h.
 #pragma once
 
-#include <atomic>
-#include <map>
+#include <set>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 
+#include "api/one_shot_cache.hpp"
 #include "exec/backend.hpp"
 #include "exec/plan.hpp"
 #include "ir/graph.hpp"
 
 struct ge2_context_s {
+  ge2_context_s(std::shared_ptr<ge2::Backend> backend_, std::size_t one_shot_capacity)
+      : backend(std::move(backend_)), one_shot_plans(one_shot_capacity) {}
+
   std::shared_ptr<ge2::Backend> backend;
-  std::mutex mutex;         // guards the members below
-  std::string description;  // returned by ge2_context_describe
-  std::map<std::string, std::shared_ptr<ge2::Plan>> one_shot_plans;  // ge2_gemm_bias_act cache
+  std::mutex mutex;  // guards the members below
+  // Every distinct text ge2_context_describe returned: the header promises each
+  // stays valid until the context is destroyed, so none is ever replaced.
+  std::set<std::string> descriptions;
+  ge2::OneShotCache one_shot_plans;  // ge2_gemm_bias_act's compiled plans
 };
 
 struct ge2_graph_s {
   ge2::Graph graph;
-  std::atomic<bool> busy{false};  // detects two threads modifying one graph
+  mutable std::shared_mutex access;  // see api/graph_access.hpp
 };
 
 struct ge2_plan_s {

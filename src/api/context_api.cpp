@@ -1,4 +1,6 @@
 // Context creation: backend choice, version negotiation, description.
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 
 #include "api/api_guard.hpp"
@@ -8,74 +10,92 @@
 
 using namespace ge2;
 
+namespace {
+
+constexpr std::uint32_t kDefaultOneShotCacheSize = 256;
+
+// 2.0 and 2.1 callers' struct ends after tunedb_path; one_shot_cache_size came in 2.2.
+constexpr std::size_t kOptionsSize21 =
+    offsetof(ge2_context_options_t, tunedb_path) + sizeof(const char*);
+
+}  // namespace
+
 extern "C" {
 
 ge2_status_t ge2_context_options_init(ge2_context_options_t* options) {
-  return guarded(__func__, [&] {
-    require_not_null(options, __func__, "options");
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(options, f, "options");
     *options = ge2_context_options_t{};
     options->struct_size = sizeof(ge2_context_options_t);
     options->device = GE2_DEVICE_AUTO;
     options->device_ordinal = 0;
     options->tune_mode = GE2_TUNE_CACHED;
     options->tunedb_path = nullptr;
+    options->one_shot_cache_size = kDefaultOneShotCacheSize;
   });
 }
 
 ge2_status_t ge2_context_create(int api_version, const ge2_context_options_t* options,
                                 ge2_context_t** out) {
-  return guarded(__func__, [&] {
+  return guarded(__func__, [&](const char* f) {
     require(api_version == GE2_API_VERSION, GE2_ERROR_VERSION_MISMATCH,
             "{}: argument 'api_version' = {}: this library implements GE2_API_VERSION {}; rebuild "
             "the caller against its ge_v2_api.h",
-            __func__, api_version, GE2_API_VERSION);
-    require_not_null(out, __func__, "out");
+            f, api_version, GE2_API_VERSION);
+    require_not_null(out, f, "out");
     ge2_context_options_t defaults;
     ge2_context_options_init(&defaults);
     if (options == nullptr) options = &defaults;
-    require_struct_size(*options, __func__, "options");
+    require_struct_size(*options, f, "options", kOptionsSize21);
+    const std::uint32_t one_shot_cache_size =
+        has_member(*options, offsetof(ge2_context_options_t, one_shot_cache_size) +
+                                 sizeof(std::uint32_t))
+            ? options->one_shot_cache_size
+            : kDefaultOneShotCacheSize;
     const int device = raw_enum(options->device), tune_mode = raw_enum(options->tune_mode);
     require(device >= GE2_DEVICE_AUTO && device <= GE2_DEVICE_CPU, GE2_ERROR_INVALID_ARGUMENT,
-            "{}: argument 'options->device' = {} is not a ge2_device_kind_t", __func__, device);
+            "{}: argument 'options->device' = {} is not a ge2_device_kind_t", f, device);
     require(tune_mode >= GE2_TUNE_OFF && tune_mode <= GE2_TUNE_TUNE, GE2_ERROR_INVALID_ARGUMENT,
-            "{}: argument 'options->tune_mode' = {} is not a ge2_tune_mode_t", __func__, tune_mode);
+            "{}: argument 'options->tune_mode' = {} is not a ge2_tune_mode_t", f, tune_mode);
     require(options->device_ordinal >= 0, GE2_ERROR_INVALID_ARGUMENT,
-            "{}: argument 'options->device_ordinal' = {} is negative", __func__,
+            "{}: argument 'options->device_ordinal' = {} is negative", f,
             options->device_ordinal);
 
-    auto context = std::make_unique<ge2_context_s>();
     const bool want_cuda = options->device == GE2_DEVICE_CUDA ||
                            (options->device == GE2_DEVICE_AUTO && cuda_backend_available());
-    if (want_cuda) {
-      context->backend = make_cuda_backend(options->device_ordinal, options->tune_mode,
-                                           resolve_tunedb_path(options->tunedb_path));
-    } else {
-      context->backend = make_cpu_backend();
-    }
-    *out = context.release();
+    std::shared_ptr<Backend> backend =
+        want_cuda ? make_cuda_backend(options->device_ordinal, options->tune_mode,
+                                      resolve_tunedb_path(options->tunedb_path))
+                  : make_cpu_backend();
+    *out = std::make_unique<ge2_context_s>(std::move(backend), one_shot_cache_size).release();
   });
 }
 
 void ge2_context_destroy(ge2_context_t* context) { std::unique_ptr<ge2_context_s> owned(context); }
 
 ge2_status_t ge2_context_get_device_kind(const ge2_context_t* context, ge2_device_kind_t* out) {
-  return guarded(__func__, [&] {
-    require_not_null(context, __func__, "context");
-    require_not_null(out, __func__, "out");
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(context, f, "context");
+    require_not_null(out, f, "out");
     *out = context->backend->kind();
   });
 }
 
 ge2_status_t ge2_context_describe(ge2_context_t* context, const char** json_out) {
-  return guarded(__func__, [&] {
-    require_not_null(context, __func__, "context");
-    require_not_null(json_out, __func__, "json_out");
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(context, f, "context");
+    require_not_null(json_out, f, "json_out");
     std::lock_guard lock(context->mutex);
     nlohmann::json description = context->backend->describe();
     description["api_version"] = GE2_API_VERSION;
     description["version"] = GE2_VERSION_STRING;
-    context->description = description.dump(2);
-    *json_out = context->description.c_str();
+    const OneShotCache& cache = context->one_shot_plans;
+    description["one_shot_cache"] = {{"size", cache.size()},
+                                     {"capacity", cache.capacity()},
+                                     {"hits", cache.hits()},
+                                     {"misses", cache.misses()},
+                                     {"evictions", cache.evictions()}};
+    *json_out = context->descriptions.insert(description.dump(2)).first->c_str();
   });
 }
 

@@ -1,13 +1,12 @@
 // ge2_gemm_bias_act: the one-shot call, built on a cached one-node plan.
 #include "api/api_guard.hpp"
 #include "api/api_objects.hpp"
+#include "core/checked_math.hpp"
 #include "core/raw_enum.hpp"
 
 using namespace ge2;
 
 namespace {
-
-constexpr std::size_t kMaxCachedOneShotPlans = 256;
 
 void check_params(const ge2_gemm_params_t& p, const char* f) {
   require_struct_size(p, f, "params");
@@ -46,11 +45,12 @@ ge2_tensor_desc_t operand_desc(const ge2_gemm_params_t& p, std::int64_t rows, st
   const std::int64_t leading = ld == 0 ? cols : ld;
   require(leading >= cols, GE2_ERROR_INVALID_ARGUMENT,
           "{}: argument 'params->{}' = {} is smaller than the row length {}", f, ld_name, ld, cols);
-  require(leading <= kMaxElements / rows, GE2_ERROR_INVALID_ARGUMENT,
+  const auto tight_stride = bounded_product({rows, leading}, kMaxElements);
+  require(tight_stride.has_value(), GE2_ERROR_INVALID_ARGUMENT,
           "{}: argument 'params->{}' = {} makes the matrix span more than {} elements", f, ld_name,
           ld, kMaxElements);
-  const std::int64_t matrix_span = (rows - 1) * leading + cols;
-  const std::int64_t stride = batch_stride == 0 ? rows * leading : batch_stride;
+  const std::int64_t matrix_span = *tight_stride - leading + cols;
+  const std::int64_t stride = batch_stride == 0 ? *tight_stride : batch_stride;
   require(
       p.batch == 1 || stride >= matrix_span, GE2_ERROR_INVALID_ARGUMENT,
       "{}: argument 'params->{}' = {} is smaller than one matrix's span {}: batches would overlap",
@@ -127,8 +127,8 @@ std::unique_ptr<Plan> build_one_shot_plan(ge2_context_t* context, const ge2_gemm
 extern "C" {
 
 ge2_status_t ge2_gemm_params_init(ge2_gemm_params_t* params) {
-  return guarded(__func__, [&] {
-    require_not_null(params, __func__, "params");
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(params, f, "params");
     *params = ge2_gemm_params_t{};
     params->struct_size = sizeof(ge2_gemm_params_t);
     params->batch = 1;
@@ -141,28 +141,24 @@ ge2_status_t ge2_gemm_params_init(ge2_gemm_params_t* params) {
 ge2_status_t ge2_gemm_bias_act(ge2_context_t* context, const ge2_gemm_params_t* params,
                                const void* a, const void* b, const void* bias, void* d,
                                void* stream) {
-  return guarded(__func__, [&] {
-    require_not_null(context, __func__, "context");
-    require_not_null(params, __func__, "params");
-    check_params(*params, __func__);
-    require_not_null(a, __func__, "a");
-    require_not_null(b, __func__, "b");
-    require_not_null(d, __func__, "d");
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(context, f, "context");
+    require_not_null(params, f, "params");
+    check_params(*params, f);
+    require_not_null(a, f, "a");
+    require_not_null(b, f, "b");
+    require_not_null(d, f, "d");
     require((bias != nullptr) == (params->has_bias != 0), GE2_ERROR_INVALID_ARGUMENT,
-            "{}: argument 'bias' is {} but params->has_bias = {}", __func__,
+            "{}: argument 'bias' is {} but params->has_bias = {}", f,
             bias ? "non-NULL" : "NULL", params->has_bias);
     std::shared_ptr<Plan> plan;
     {
       std::lock_guard lock(context->mutex);
       const std::string key = cache_key(*params);
-      if (auto it = context->one_shot_plans.find(key); it != context->one_shot_plans.end()) {
-        plan = it->second;
-      } else {
-        // Keep the cache bounded; a plan still executing elsewhere lives on through its shared_ptr.
-        if (context->one_shot_plans.size() >= kMaxCachedOneShotPlans)
-          context->one_shot_plans.clear();
-        plan = build_one_shot_plan(context, *params, __func__);
-        context->one_shot_plans.emplace(key, plan);
+      plan = context->one_shot_plans.find(key);
+      if (plan == nullptr) {
+        plan = build_one_shot_plan(context, *params, f);
+        context->one_shot_plans.insert(key, plan);
       }
     }
     const ge2_binding_t bindings[] = {{"a", const_cast<void*>(a)},

@@ -5,6 +5,7 @@
 
 #include "api/api_guard.hpp"
 #include "api/api_objects.hpp"
+#include "api/graph_access.hpp"
 #include "core/raw_enum.hpp"
 
 using namespace ge2;
@@ -12,22 +13,6 @@ using namespace ge2;
 namespace {
 
 constexpr std::size_t kMaxNameLength = 255;
-
-// Holds a graph for modification by one thread; a second thread is refused.
-class GraphWriteLock {
- public:
-  GraphWriteLock(ge2_graph_t* graph, const char* function) : graph_(graph) {
-    require_not_null(graph, function, "graph");
-    require(!graph->busy.exchange(true), GE2_ERROR_INVALID_ARGUMENT,
-            "{}: argument 'graph' is being modified by another thread", function);
-  }
-  ~GraphWriteLock() { graph_->busy = false; }
-  GraphWriteLock(const GraphWriteLock&) = delete;
-  GraphWriteLock& operator=(const GraphWriteLock&) = delete;
-
- private:
-  ge2_graph_t* graph_;
-};
 
 void check_name(const char* name, const char* function) {
   require_not_null(name, function, "name");
@@ -63,7 +48,8 @@ GemmAttrs gemm_attrs_from(const ge2_gemm_attrs_t* attrs, const char* function) {
   return result;
 }
 
-void check_activation(ge2_activation_t act, const char* function) {
+// By reference: loading an out-of-range enum by value is already undefined.
+void check_activation(const ge2_activation_t& act, const char* function) {
   require(is_valid_activation(raw_enum(act)), GE2_ERROR_INVALID_ARGUMENT,
           "{}: argument 'act' = {} is not a ge2_activation_t", function, raw_enum(act));
 }
@@ -81,8 +67,8 @@ ge2_value_t append(Graph& graph, Node node, const char* function, ge2_value_t* o
 extern "C" {
 
 ge2_status_t ge2_graph_create(ge2_graph_t** out) {
-  return guarded(__func__, [&] {
-    require_not_null(out, __func__, "out");
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(out, f, "out");
     *out = std::make_unique<ge2_graph_s>().release();
   });
 }
@@ -91,26 +77,26 @@ void ge2_graph_destroy(ge2_graph_t* graph) { std::unique_ptr<ge2_graph_s> owned(
 
 ge2_status_t ge2_graph_add_input(ge2_graph_t* graph, const char* name,
                                  const ge2_tensor_desc_t* desc, ge2_value_t* out) {
-  return guarded(__func__, [&] {
-    GraphWriteLock lock(graph, __func__);
-    check_name(name, __func__);
-    require_not_null(desc, __func__, "desc");
+  return guarded(__func__, [&](const char* f) {
+    GraphWriteLock lock(graph, f);
+    check_name(name, f);
+    require_not_null(desc, f, "desc");
     for (ValueId id = 0; id < graph->graph.size(); ++id) {
       require(graph->graph.node(id).input_name != name, GE2_ERROR_INVALID_ARGUMENT,
-              "{}: argument 'name' = '{}' is already an input", __func__, name);
+              "{}: argument 'name' = '{}' is already an input", f, name);
     }
     Node node;
     node.kind = OpKind::Input;
     node.input_name = name;
-    node.type = tensor_type_from_desc(*desc, fmt::format("{}: argument 'desc'", __func__));
-    require_not_null(out, __func__, "out");
+    node.type = tensor_type_from_desc(*desc, fmt::format("{}: argument 'desc'", f));
+    require_not_null(out, f, "out");
     *out = graph->graph.add(std::move(node));
   });
 }
 
 ge2_status_t ge2_gemm_attrs_init(ge2_gemm_attrs_t* attrs) {
-  return guarded(__func__, [&] {
-    require_not_null(attrs, __func__, "attrs");
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(attrs, f, "attrs");
     *attrs = ge2_gemm_attrs_t{};
     attrs->struct_size = sizeof(ge2_gemm_attrs_t);
     attrs->alpha = 1.0f;
@@ -119,100 +105,100 @@ ge2_status_t ge2_gemm_attrs_init(ge2_gemm_attrs_t* attrs) {
 
 ge2_status_t ge2_graph_add_gemm(ge2_graph_t* graph, ge2_value_t a, ge2_value_t b, ge2_value_t c,
                                 const ge2_gemm_attrs_t* attrs, ge2_value_t* out) {
-  return guarded(__func__, [&] {
-    GraphWriteLock lock(graph, __func__);
-    check_value(graph->graph, a, __func__, "a");
-    check_value(graph->graph, b, __func__, "b");
-    if (c != GE2_NO_VALUE) check_value(graph->graph, c, __func__, "c");
+  return guarded(__func__, [&](const char* f) {
+    GraphWriteLock lock(graph, f);
+    check_value(graph->graph, a, f, "a");
+    check_value(graph->graph, b, f, "b");
+    if (c != GE2_NO_VALUE) check_value(graph->graph, c, f, "c");
     Node node;
     node.kind = OpKind::Gemm;
     node.a = a;
     node.b = b;
     node.c = c == GE2_NO_VALUE ? kNoValue : c;
-    node.gemm = gemm_attrs_from(attrs, __func__);
-    append(graph->graph, std::move(node), __func__, out);
+    node.gemm = gemm_attrs_from(attrs, f);
+    append(graph->graph, std::move(node), f, out);
   });
 }
 
 ge2_status_t ge2_graph_add_bias(ge2_graph_t* graph, ge2_value_t x, ge2_value_t bias,
                                 ge2_value_t* out) {
-  return guarded(__func__, [&] {
-    GraphWriteLock lock(graph, __func__);
-    check_value(graph->graph, x, __func__, "x");
-    check_value(graph->graph, bias, __func__, "bias");
+  return guarded(__func__, [&](const char* f) {
+    GraphWriteLock lock(graph, f);
+    check_value(graph->graph, x, f, "x");
+    check_value(graph->graph, bias, f, "bias");
     Node node;
     node.kind = OpKind::BiasAdd;
     node.x = x;
     node.bias = bias;
-    append(graph->graph, std::move(node), __func__, out);
+    append(graph->graph, std::move(node), f, out);
   });
 }
 
 ge2_status_t ge2_graph_add_activation(ge2_graph_t* graph, ge2_value_t x, ge2_activation_t act,
                                       ge2_value_t* out) {
-  return guarded(__func__, [&] {
-    GraphWriteLock lock(graph, __func__);
-    check_value(graph->graph, x, __func__, "x");
-    check_activation(act, __func__);
+  return guarded(__func__, [&](const char* f) {
+    GraphWriteLock lock(graph, f);
+    check_value(graph->graph, x, f, "x");
+    check_activation(act, f);
     Node node;
     node.kind = OpKind::Activation;
     node.x = x;
     node.act = static_cast<Activation>(act);
-    append(graph->graph, std::move(node), __func__, out);
+    append(graph->graph, std::move(node), f, out);
   });
 }
 
 ge2_status_t ge2_graph_add_gemm_bias_act(ge2_graph_t* graph, ge2_value_t a, ge2_value_t b,
                                          ge2_value_t bias, const ge2_gemm_attrs_t* attrs,
                                          ge2_activation_t act, ge2_value_t* out) {
-  return guarded(__func__, [&] {
-    GraphWriteLock lock(graph, __func__);
-    check_value(graph->graph, a, __func__, "a");
-    check_value(graph->graph, b, __func__, "b");
-    if (bias != GE2_NO_VALUE) check_value(graph->graph, bias, __func__, "bias");
-    check_activation(act, __func__);
+  return guarded(__func__, [&](const char* f) {
+    GraphWriteLock lock(graph, f);
+    check_value(graph->graph, a, f, "a");
+    check_value(graph->graph, b, f, "b");
+    if (bias != GE2_NO_VALUE) check_value(graph->graph, bias, f, "bias");
+    check_activation(act, f);
     Node node;
     node.kind = OpKind::GemmBiasAct;
     node.a = a;
     node.b = b;
     node.bias = bias == GE2_NO_VALUE ? kNoValue : bias;
-    node.gemm = gemm_attrs_from(attrs, __func__);
+    node.gemm = gemm_attrs_from(attrs, f);
     require(node.gemm.beta == 0.0f, GE2_ERROR_INVALID_ARGUMENT,
             "{}: argument 'attrs->beta' = {}: the fused node has no C operand; use "
             "ge2_graph_add_gemm for beta != 0",
-            __func__, node.gemm.beta);
+            f, node.gemm.beta);
     node.act = static_cast<Activation>(act);
-    append(graph->graph, std::move(node), __func__, out);
+    append(graph->graph, std::move(node), f, out);
   });
 }
 
 ge2_status_t ge2_graph_mark_output(ge2_graph_t* graph, ge2_value_t value, const char* name,
                                    const ge2_tensor_desc_t* layout) {
-  return guarded(__func__, [&] {
-    GraphWriteLock lock(graph, __func__);
-    check_value(graph->graph, value, __func__, "value");
-    check_name(name, __func__);
+  return guarded(__func__, [&](const char* f) {
+    GraphWriteLock lock(graph, f);
+    check_value(graph->graph, value, f, "value");
+    check_name(name, f);
     for (const auto& output : graph->graph.outputs()) {
       require(output.name != name, GE2_ERROR_INVALID_ARGUMENT,
-              "{}: argument 'name' = '{}' is already an output", __func__, name);
+              "{}: argument 'name' = '{}' is already an output", f, name);
       require(output.value != value, GE2_ERROR_INVALID_ARGUMENT,
-              "{}: argument 'value' = {} is already the output '{}'", __func__, value, output.name);
+              "{}: argument 'value' = {} is already the output '{}'", f, value, output.name);
     }
     for (ValueId id = 0; id < graph->graph.size(); ++id) {
       require(graph->graph.node(id).input_name != name, GE2_ERROR_INVALID_ARGUMENT,
-              "{}: argument 'name' = '{}' is already an input", __func__, name);
+              "{}: argument 'name' = '{}' is already an input", f, name);
     }
     const Node& node = graph->graph.node(value);
     require(node.kind != OpKind::Input, GE2_ERROR_UNSUPPORTED,
             "{}: argument 'value' = {} is the graph input '{}'; ge2 does not copy inputs to "
             "outputs",
-            __func__, value, node.input_name);
+            f, value, node.input_name);
     GraphOutput output{value, name, std::nullopt};
     if (layout != nullptr) {
       TensorType type =
-          tensor_type_from_desc(*layout, fmt::format("{}: argument 'layout'", __func__));
+          tensor_type_from_desc(*layout, fmt::format("{}: argument 'layout'", f));
       require(type.dtype == node.type.dtype && type.same_shape(node.type), GE2_ERROR_SHAPE_MISMATCH,
-              "{}: argument 'layout': {} differs from the value's {}", __func__,
+              "{}: argument 'layout': {} differs from the value's {}", f,
               type.shape_string(), node.type.shape_string());
       output.layout = type;
     }
@@ -222,10 +208,10 @@ ge2_status_t ge2_graph_mark_output(ge2_graph_t* graph, ge2_value_t value, const 
 
 ge2_status_t ge2_graph_get_desc(const ge2_graph_t* graph, ge2_value_t value,
                                 ge2_tensor_desc_t* out) {
-  return guarded(__func__, [&] {
-    require_not_null(graph, __func__, "graph");
-    check_value(graph->graph, value, __func__, "value");
-    require_not_null(out, __func__, "out");
+  return guarded(__func__, [&](const char* f) {
+    const GraphReadLock lock(graph, f);
+    check_value(graph->graph, value, f, "value");
+    require_not_null(out, f, "out");
     *out = graph->graph.node(value).type.to_desc();
   });
 }

@@ -4,6 +4,7 @@
 
 #include "api/api_guard.hpp"
 #include "api/api_objects.hpp"
+#include "api/graph_access.hpp"
 
 using namespace ge2;
 
@@ -43,8 +44,8 @@ CompileOptions compile_options_from(const ge2_compile_options_t* options, const 
 extern "C" {
 
 ge2_status_t ge2_compile_options_init(ge2_compile_options_t* options) {
-  return guarded(__func__, [&] {
-    require_not_null(options, __func__, "options");
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(options, f, "options");
     *options = ge2_compile_options_t{};
     options->struct_size = sizeof(ge2_compile_options_t);
     options->fuse = 1;
@@ -57,11 +58,11 @@ ge2_status_t ge2_compile_options_init(ge2_compile_options_t* options) {
 
 ge2_status_t ge2_plan_compile(ge2_context_t* context, const ge2_graph_t* graph,
                               const ge2_compile_options_t* options, ge2_plan_t** out) {
-  return guarded(__func__, [&] {
-    require_not_null(context, __func__, "context");
-    require_not_null(graph, __func__, "graph");
-    require_not_null(out, __func__, "out");
-    const CompileOptions compile_options = compile_options_from(options, __func__);
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(context, f, "context");
+    const GraphReadLock lock(graph, f);
+    require_not_null(out, f, "out");
+    const CompileOptions compile_options = compile_options_from(options, f);
     auto plan = std::make_unique<ge2_plan_s>();
     plan->plan = compile_plan(context->backend, graph->graph, compile_options);
     *out = plan.release();
@@ -71,29 +72,29 @@ ge2_status_t ge2_plan_compile(ge2_context_t* context, const ge2_graph_t* graph,
 void ge2_plan_destroy(ge2_plan_t* plan) { std::unique_ptr<ge2_plan_s> owned(plan); }
 
 ge2_status_t ge2_plan_describe(const ge2_plan_t* plan, const char** json_out) {
-  return guarded(__func__, [&] {
-    require_not_null(plan, __func__, "plan");
-    require_not_null(json_out, __func__, "json_out");
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(plan, f, "plan");
+    require_not_null(json_out, f, "json_out");
     *json_out = plan->plan->description().c_str();
   });
 }
 
 ge2_status_t ge2_plan_io_count(const ge2_plan_t* plan, size_t* out) {
-  return guarded(__func__, [&] {
-    require_not_null(plan, __func__, "plan");
-    require_not_null(out, __func__, "out");
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(plan, f, "plan");
+    require_not_null(out, f, "out");
     *out = plan->plan->io().size();
   });
 }
 
 ge2_status_t ge2_plan_io_info(const ge2_plan_t* plan, size_t index, ge2_io_info_t* out) {
-  return guarded(__func__, [&] {
-    require_not_null(plan, __func__, "plan");
-    require_not_null(out, __func__, "out");
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(plan, f, "plan");
+    require_not_null(out, f, "out");
     const auto& io = plan->plan->io();
     require(index < io.size(), GE2_ERROR_INVALID_ARGUMENT,
             "{}: argument 'index' = {} is out of range (the plan has {} inputs and outputs)",
-            __func__, index, io.size());
+            f, index, io.size());
     out->name = io[index].name.c_str();
     out->is_output = io[index].is_output ? 1 : 0;
     out->desc = io[index].type.to_desc();
@@ -103,8 +104,8 @@ ge2_status_t ge2_plan_io_info(const ge2_plan_t* plan, size_t index, ge2_io_info_
 
 ge2_status_t ge2_plan_execute(ge2_plan_t* plan, const ge2_binding_t* bindings, size_t num_bindings,
                               void* stream) {
-  return guarded(__func__, [&] {
-    require_not_null(plan, __func__, "plan");
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(plan, f, "plan");
     plan->plan->execute(bindings, num_bindings, stream);
   });
 }

@@ -3,22 +3,43 @@
 #include <algorithm>
 #include <numeric>
 
+#include "core/checked_math.hpp"
 #include "core/error.hpp"
 #include "core/raw_enum.hpp"
 
 namespace ge2 {
 
+// Types built by tensor_type_from_desc and infer_node_type stay within
+// kMaxElements, so these checks only fire on a type built some other way.
 std::int64_t TensorType::element_count() const {
   std::int64_t count = 1;
-  for (int i = 0; i < rank; ++i) count *= shape[i];
+  for (int i = 0; i < rank; ++i) {
+    const auto next = checked_mul(count, shape[i]);
+    require(next.has_value(), GE2_ERROR_INVALID_ARGUMENT,
+            "tensor {}: the element count overflows int64", shape_string());
+    count = *next;
+  }
   return count;
 }
 
 std::int64_t TensorType::span_elements() const {
   if (element_count() == 0) return 0;
   std::int64_t last = 0;
-  for (int i = 0; i < rank; ++i) last += (shape[i] - 1) * strides[i];
+  for (int i = 0; i < rank; ++i) {
+    const auto offset = checked_mul(shape[i] - 1, strides[i]);
+    const auto next = offset ? checked_add(last, *offset) : std::nullopt;
+    require(next.has_value(), GE2_ERROR_INVALID_ARGUMENT,
+            "tensor {}: the span of its strides overflows int64", shape_string());
+    last = *next;
+  }
   return last + 1;
+}
+
+std::size_t TensorType::span_bytes() const {
+  const auto bytes = checked_bytes(span_elements(), dtype_size(dtype));
+  require(bytes.has_value(), GE2_ERROR_INVALID_ARGUMENT,
+          "tensor {}: the byte size overflows size_t", shape_string());
+  return *bytes;
 }
 
 bool TensorType::same_shape(const TensorType& other) const {
@@ -94,10 +115,10 @@ TensorType tensor_type_from_desc(const ge2_tensor_desc_t& desc, const std::strin
     require(desc.shape[i] <= kMaxDimension, GE2_ERROR_INVALID_ARGUMENT,
             "{}: shape[{}] = {} exceeds the largest supported dimension {}", where, i,
             desc.shape[i], kMaxDimension);
-    // Checked before multiplying, so the product cannot overflow.
-    require(desc.shape[i] <= kMaxElements / elements, GE2_ERROR_INVALID_ARGUMENT,
+    const auto grown = bounded_product({elements, desc.shape[i]}, kMaxElements);
+    require(grown.has_value(), GE2_ERROR_INVALID_ARGUMENT,
             "{}: the tensor has more than {} elements", where, kMaxElements);
-    elements *= desc.shape[i];
+    elements = *grown;
     require(desc.strides[i] >= 0, GE2_ERROR_INVALID_ARGUMENT, "{}: strides[{}] = {} is negative",
             where, i, desc.strides[i]);
     require(desc.strides[i] <= kMaxElements, GE2_ERROR_INVALID_ARGUMENT,
@@ -114,7 +135,7 @@ TensorType tensor_type_from_desc(const ge2_tensor_desc_t& desc, const std::strin
             "{}: strides[{}] = 0 for a dimension of size {} (broadcast strides are not "
             "supported)",
             where, i, desc.shape[i]);
-    require(desc.strides[i] == 0 || desc.shape[i] - 1 <= kMaxElements / desc.strides[i],
+    require(bounded_product({desc.shape[i] - 1, desc.strides[i]}, kMaxElements).has_value(),
             GE2_ERROR_INVALID_ARGUMENT,
             "{}: shape[{}] = {} with strides[{}] = {} spans more than {} elements", where, i,
             desc.shape[i], i, desc.strides[i], kMaxElements);

@@ -18,9 +18,7 @@ struct TensorType {
   std::int64_t element_count() const;
   // Elements between the first and one past the last addressed element.
   std::int64_t span_elements() const;
-  std::size_t span_bytes() const {
-    return static_cast<std::size_t>(span_elements()) * dtype_size(dtype);
-  }
+  std::size_t span_bytes() const;
   bool same_shape(const TensorType& other) const;
   std::string shape_string() const;  // e.g. "[4, 128, 64] f16"
 

@@ -1,7 +1,10 @@
 #include "exec/plan.hpp"
 
+#include <cstdint>
 #include <cstring>
+#include <utility>
 
+#include "core/checked_math.hpp"
 #include "core/error.hpp"
 #include "passes/pass.hpp"
 
@@ -98,6 +101,21 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
     plan->io_.push_back({output.name, true, type, slot});
   }
 
+  // All intermediates at once must fit, not only each one: three buffers of
+  // two thirds of the memory each would pass a per-buffer check.
+  std::size_t intermediate_bytes = 0;
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    const Node& node = graph.node(id);
+    if (!node.live || node.kind == OpKind::Input || slot_of[static_cast<std::size_t>(id)] >= 0)
+      continue;
+    const auto total = checked_add_bytes(intermediate_bytes,
+                                         storage[static_cast<std::size_t>(id)].span_bytes());
+    require(total.has_value(), GE2_ERROR_OUT_OF_MEMORY,
+            "ge2_plan_compile: the plan's intermediate buffers need more bytes than size_t holds");
+    intermediate_bytes = *total;
+  }
+  backend.check_intermediate_bytes(intermediate_bytes);
+
   nlohmann::json steps_json = nlohmann::json::array();
   const DeviceInfo& device = backend.device();
   const MeasuredTime measured = backend.measured_times();
@@ -148,6 +166,7 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
         {{"name", io.name}, {"output", io.is_output}, {"type", io.type.shape_string()}});
   const nlohmann::json description{{"backend", backend.describe()},
                                    {"graph_replay", options.graph_replay},
+                                   {"intermediate_bytes", intermediate_bytes},
                                    {"passes", passes_json},
                                    {"io", io_json},
                                    {"steps", steps_json}};
@@ -160,6 +179,12 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
 void Plan::execute(const ge2_binding_t* bindings, std::size_t count, void* stream) {
   require(bindings != nullptr || count == 0, GE2_ERROR_INVALID_ARGUMENT,
           "ge2_plan_execute: argument 'bindings' is NULL with num_bindings = {}", count);
+  // Checked before the array is read: a count larger than the array it
+  // describes must not make ge2 read past it.
+  require(count <= io_.size(), GE2_ERROR_INVALID_ARGUMENT,
+          "ge2_plan_execute: argument 'num_bindings' = {} is more than the plan's {} inputs and "
+          "outputs",
+          count, io_.size());
   std::lock_guard lock(mutex_);
   state_.slots = slot_defaults_;
   state_.stream = stream;
@@ -187,7 +212,30 @@ void Plan::execute(const ge2_binding_t* bindings, std::size_t count, void* strea
             "ge2_plan_execute: argument 'bindings': {} '{}' is not bound",
             io_[index].is_output ? "output" : "input", io_[index].name);
   }
+  check_outputs_do_not_overlap();
   backend_->execute(steps_, state_, io_bytes_, io_is_output_);
+}
+
+// Kernels read inputs while they write outputs (cuBLASLt and the reference loop
+// alike), so an output sharing bytes with another binding gives wrong results.
+void Plan::check_outputs_do_not_overlap() const {
+  auto range_of = [&](const PlanIo& io) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(state_.slots[static_cast<std::size_t>(io.slot)]);
+    return std::pair{begin, begin + io_bytes_[static_cast<std::size_t>(io.slot)]};
+  };
+  for (const PlanIo& output : io_) {
+    if (!output.is_output) continue;
+    const auto [begin, end] = range_of(output);
+    for (const PlanIo& other : io_) {
+      if (&other == &output) continue;
+      const auto [other_begin, other_end] = range_of(other);
+      require(end <= other_begin || other_end <= begin, GE2_ERROR_INVALID_ARGUMENT,
+              "ge2_plan_execute: argument 'bindings': output '{}' ({} bytes at {:#x}) overlaps "
+              "{} '{}' ({} bytes at {:#x}); an output must not share memory with another binding",
+              output.name, end - begin, begin, other.is_output ? "output" : "input", other.name,
+              other_end - other_begin, other_begin);
+    }
+  }
 }
 
 }  // namespace ge2

@@ -33,6 +33,8 @@ class Plan {
   void execute(const ge2_binding_t* bindings, std::size_t count, void* stream);
 
  private:
+  void check_outputs_do_not_overlap() const;
+
   friend std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend, Graph graph,
                                             const CompileOptions& options);
   std::shared_ptr<Backend> backend_;  // shared so a plan outlives its context safely

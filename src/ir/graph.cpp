@@ -1,5 +1,6 @@
 #include "ir/graph.hpp"
 
+#include "core/checked_math.hpp"
 #include "core/error.hpp"
 
 namespace ge2 {
@@ -95,10 +96,12 @@ TensorType infer_gemm(const Graph& graph, const Node& node, const std::string& w
           "{}: argument 'b': batch {} does not match A's batch {}", where, bv.batch, av.batch);
   const std::int64_t batch = a.rank == 3 ? av.batch : bv.batch;
   const bool batched = a.rank == 3 || b.rank == 3;
+  // Each operand is within kMaxElements, but batch * M * N need not be.
+  require(bounded_product({batch, m, n}, kMaxElements).has_value(), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: the result [{}{}, {}] {} has more than {} elements", where,
+          batched ? fmt::format("{}, ", batch) : "", m, n, dtype_name(a.dtype), kMaxElements);
   TensorType out = batched ? TensorType::dense(a.dtype, 3, {batch, m, n})
                            : TensorType::dense(a.dtype, 2, {m, n, 0});
-  require(out.element_count() <= kMaxElements, GE2_ERROR_INVALID_ARGUMENT,
-          "{}: the result {} has more than {} elements", where, out.shape_string(), kMaxElements);
 
   if (node.c != kNoValue) {
     const TensorType& c = operand_type(graph, node.c, "c", where);

@@ -28,7 +28,8 @@ class TensorDesc(ctypes.Structure):
 
 class ContextOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("device", ctypes.c_int), ("device_ordinal", ctypes.c_int),
-                ("tune_mode", ctypes.c_int), ("tunedb_path", ctypes.c_char_p)]
+                ("tune_mode", ctypes.c_int), ("tunedb_path", ctypes.c_char_p),
+                ("one_shot_cache_size", ctypes.c_uint32)]
 
 
 class GemmAttrs(ctypes.Structure):
