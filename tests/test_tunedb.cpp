@@ -6,13 +6,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
+
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/error.hpp"
 #include "select/selector.hpp"
 #include "select/tune_key.hpp"
 #include "tunedb/tunedb.hpp"
+#include "tunedb/tunedb_access.hpp"
+#include "tunedb/tunedb_jsonl.hpp"
 
 using namespace ge2;
 
@@ -114,8 +119,8 @@ TEST_CASE("tunedb: JSON Lines round trip and malformed records") {
   CHECK(back.key == r.key);
   CHECK(back.time_us == r.time_us);
   CHECK(back.algo == r.algo);
-  CHECK_THROWS_WITH_AS(TuneRecord::from_json({{"device", "x"}}), doctest::Contains("malformed"),
-                       Error);
+  CHECK_THROWS_WITH_AS(TuneRecord::from_json({{"device", "x"}}),
+                       doctest::Contains("field 'cublaslt_version' is missing"), Error);
   auto bad = r.to_json();
   bad["time_us"] = -1.0;
   CHECK_THROWS_WITH_AS(TuneRecord::from_json(bad), doctest::Contains("time_us"), Error);
@@ -251,4 +256,269 @@ TEST_CASE(
   CHECK(db.count() >= committed);
   for (int i = 1; i <= committed; ++i) REQUIRE(db.find_exact(record(i, 0).key).has_value());
   MESSAGE("rows committed before SIGKILL: " << committed << ", rows found: " << db.count());
+}
+
+namespace {
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void run_sql(const std::string& path, const char* sql) {
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &raw) == SQLITE_OK);
+  REQUIRE_MESSAGE(sqlite3_exec(raw, sql, nullptr, nullptr, nullptr) == SQLITE_OK,
+                  sqlite3_errmsg(raw));
+  sqlite3_close(raw);
+}
+
+// Runs `body` in a child process and returns its exit code (`body`'s return).
+template <typename Body>
+int in_child(Body&& body) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int code = 99;
+    try {
+      code = body();
+    } catch (const std::exception& e) {
+      fprintf(stderr, "child: %s\n", e.what());
+      code = 98;
+    }
+    _exit(code);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string write_lines(const char* name, const std::vector<std::string>& lines) {
+  const std::string path =
+      std::filesystem::path(temp_db(name)).replace_filename("rows.jsonl").string();
+  std::ofstream out(path);
+  for (const auto& line : lines) out << line << "\n";
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("tunedb: a file ge2 does not recognise is refused and left byte for byte untouched") {
+  struct Case {
+    const char* name;
+    const char* sql;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"foreign", "CREATE TABLE notes (x TEXT); INSERT INTO notes VALUES ('mine');",
+       "not a ge2 tuning database"},
+      {"foreign-wal", "PRAGMA journal_mode=WAL; CREATE TABLE t (x); INSERT INTO t VALUES (1);",
+       "not a ge2 tuning database"},
+      {"lookalike", "CREATE TABLE tuned_algo (x); CREATE TABLE other (y); PRAGMA user_version=2;",
+       "not a ge2 tuning database"},
+      {"future",
+       "CREATE TABLE tuned_algo (x); PRAGMA user_version = 3; PRAGMA application_id = "
+       "1734685268;",
+       "schema version 3"},
+      {"empty", "", "not a ge2 tuning database"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    const std::string path = temp_db(c.name);
+    if (*c.sql)
+      run_sql(path, c.sql);
+    else
+      std::ofstream(path).flush();  // a zero-length file
+    const std::string before = file_bytes(path);
+    for (auto mode : {TuneDb::Mode::ReadWrite, TuneDb::Mode::ReadOnly}) {
+      CHECK_THROWS_WITH_AS(TuneDb(path, mode), doctest::Contains(c.message), Error);
+      CHECK(file_bytes(path) == before);
+    }
+    CHECK_THROWS_AS(TuneDbAccess(path, true), Error);  // tuning mode refuses
+    TuneDbAccess cached(path, false);                  // cached mode degrades
+    CHECK_FALSE(cached.open());
+    CHECK(cached.errors() == 1);
+    CHECK(file_bytes(path) == before);
+    CHECK_FALSE(std::filesystem::exists(path + "-wal"));
+  }
+}
+
+TEST_CASE("tunedb: new files carry ge2's application id and appear complete or not at all") {
+  const std::string path = temp_db("fresh");
+  {
+    TuneDb db(path, TuneDb::Mode::ReadWrite);
+    db.upsert(record(8, 1.0));
+  }
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  sqlite3_stmt* s = nullptr;
+  REQUIRE(sqlite3_prepare_v2(raw, "PRAGMA application_id", -1, &s, nullptr) == SQLITE_OK);
+  REQUIRE(sqlite3_step(s) == SQLITE_ROW);
+  CHECK(sqlite3_column_int64(s, 0) == TuneDb::kApplicationId);
+  sqlite3_finalize(s);
+  sqlite3_close(raw);
+  // No temporary file is left beside it.
+  int entries = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::filesystem::path(path).parent_path()))
+    entries += entry.path().filename().string().find(".new-") != std::string::npos;
+  CHECK(entries == 0);
+}
+
+TEST_CASE("tunedb: a read-only WAL database in a read-only directory is readable by non-root") {
+  const std::string path = temp_db("shipped");
+  {
+    TuneDb db(path, TuneDb::Mode::ReadWrite);
+    for (int i = 1; i <= 5; ++i) db.upsert(record(i, 2.0 * i));
+  }
+  const auto dir = std::filesystem::path(path).parent_path();
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read |
+                                         std::filesystem::perms::group_read |
+                                         std::filesystem::perms::others_read);
+  std::filesystem::permissions(
+      dir, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec |
+               std::filesystem::perms::group_read | std::filesystem::perms::group_exec |
+               std::filesystem::perms::others_read | std::filesystem::perms::others_exec);
+  const std::string before = file_bytes(path);
+  const int code = in_child([&] {
+    // Root ignores permissions: read as the unprivileged 'nobody' user instead.
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) return 10;
+    if (geteuid() == 0) return 11;
+    TuneDb db(path, TuneDb::Mode::ReadOnly);
+    if (!db.immutable()) return 12;
+    if (db.count() != 5) return 13;
+    const auto row = db.find_exact(record(3, 0).key);
+    if (!row || row->time_us != 6.0) return 14;
+    TuneDbAccess cached(path, false);
+    if (!cached.open() || cached.errors() != 0 || !cached.find_exact(record(4, 0).key)) return 15;
+    return 0;
+  });
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+  CHECK(code == 0);
+  CHECK(file_bytes(path) == before);
+}
+
+TEST_CASE("tunedb access: cached mode degrades to no database, tuning mode refuses") {
+  const std::string corrupt = temp_db("access-corrupt");
+  std::ofstream(corrupt) << std::string(4096, 'x');
+  const std::string old_schema = temp_db("access-old");
+  run_sql(old_schema, "CREATE TABLE tuned_algo (x); PRAGMA user_version = 1;");
+  for (const std::string& path : {corrupt, old_schema}) {
+    CAPTURE(path);
+    TuneDbAccess cached(path, false);
+    CHECK_FALSE(cached.open());
+    CHECK(cached.errors() == 1);
+    CHECK_FALSE(cached.find_exact(record(1, 0).key).has_value());
+    CHECK(cached.find_in_bucket(record(1, 0).key).empty());
+    const auto j = cached.describe();
+    CHECK(j["tunedb_open"] == false);
+    CHECK(j["tunedb_errors"] == 1);
+    CHECK(j["tunedb_note"].get<std::string>().find("tunedb") != std::string::npos);
+  }
+  CHECK_THROWS_AS(TuneDbAccess(corrupt, true), Error);
+  // A missing file: no error in cached mode; tuning mode creates it.
+  const std::string fresh = temp_db("access-fresh");
+  TuneDbAccess absent(fresh, false);
+  CHECK_FALSE(absent.open());
+  CHECK(absent.errors() == 0);
+  TuneDbAccess tuning(fresh, true);
+  CHECK(tuning.writable());
+  tuning.store(record(7, 3.0));
+  CHECK(tuning.find_exact(record(7, 0).key)->time_us == 3.0);
+  // A file that becomes unreadable mid-run: the next query degrades.
+  const std::string vanishing = temp_db("access-vanishing");
+  { TuneDb create(vanishing, TuneDb::Mode::ReadWrite); }
+  TuneDbAccess reader(vanishing, false);
+  REQUIRE(reader.open());
+  std::ofstream(vanishing, std::ios::binary | std::ios::in | std::ios::out)
+      << std::string(200, 'z');
+  (void)reader.find_exact(record(1, 0).key);
+  (void)reader.find_exact(record(2, 0).key);
+  CHECK(reader.errors() <= 1);
+}
+
+TEST_CASE("tunedb import: all or nothing, file:line:field in every message") {
+  std::vector<std::string> lines;
+  for (int i = 1; i <= 50; ++i) lines.push_back(record(i, 1.0 + i).to_json().dump());
+  auto with = [&](const char* field, nlohmann::json value) {
+    auto j = record(51, 5.0).to_json();
+    j[field] = value;
+    return j.dump();
+  };
+  struct Bad {
+    std::string line, message;
+  };
+  const Bad bad_lines[] = {
+      {"{not json", "rows.jsonl:51: not a JSON value"},
+      {with("m", 51.9), "rows.jsonl:51: field 'm' = 51.9 is not an integer"},
+      {with("m", 1e30), "field 'm' = 1e+30 is outside 1..2147483648"},
+      {with("m", INT64_MAX), "field 'm' = 9223372036854775807 is outside"},
+      {with("m", UINT64_MAX), "field 'm' = 18446744073709551615 is outside"},
+      {with("n", -4), "field 'n' = -4 is outside"},
+      {with("m", "64"), "field 'm' = \"64\" is not an integer"},
+      {with("time_us", nullptr), "field 'time_us' = null is not a number"},
+      {with("time_us", 0.0), "field 'time_us' = 0.0 must be finite and > 0"},
+      {with("algo", 3), "field 'algo' = 3 is not an object"},
+      {with("device", ""), "field 'device' is empty"},
+      {R"({"device":"a","device":"b"})", "key 'device' appears twice"},
+      {"[1, 2]", "a record must be a JSON object, not array"},
+      {record(7, 2.0).to_json().dump(), "rows.jsonl:51: repeats the key of line 7"},
+  };
+  for (const Bad& bad : bad_lines) {
+    CAPTURE(bad.line);
+    const std::string db_path = temp_db("import");
+    TuneDb db(db_path, TuneDb::Mode::ReadWrite);
+    db.upsert(record(1000, 9.0));
+    auto file_lines = lines;
+    file_lines.push_back(bad.line);
+    const std::string path = write_lines("import-file", file_lines);
+    CHECK_THROWS_WITH_AS(import_jsonl(db, path), doctest::Contains(bad.message.c_str()), Error);
+    CHECK(db.count() == 1);  // nothing of lines 1-50 was stored
+  }
+  const std::string db_path = temp_db("import-ok");
+  TuneDb db(db_path, TuneDb::Mode::ReadWrite);
+  const ImportResult result = import_jsonl(db, write_lines("import-ok-file", lines));
+  CHECK(result.rows == 50);
+  CHECK(result.changed == 50);
+  CHECK(db.count() == 50);
+  // An integral float is an integer.
+  auto j = record(60, 1.0).to_json();
+  j["m"] = 60.0;
+  CHECK(parse_jsonl_record(j.dump(), "x:1").key.m == 60);
+}
+
+TEST_CASE("tunedb export: a failed write leaves the previous file, a device gets an error") {
+  const std::string db_path = temp_db("export");
+  TuneDb db(db_path, TuneDb::Mode::ReadWrite);
+  for (int i = 1; i <= 100; ++i) db.upsert(record(i, 1.0 + i));
+  const std::string out = std::filesystem::path(db_path).replace_filename("export.jsonl").string();
+  CHECK(export_jsonl(db, out) == 100);
+  CHECK(read_jsonl(out).size() == 100);
+  const std::string previous = file_bytes(out);
+  // A full disk, imitated by a file-size limit: the write fails part-way.
+  const int code = in_child([&] {
+    signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{4096, 4096};
+    if (setrlimit(RLIMIT_FSIZE, &limit) != 0) return 10;
+    try {
+      TuneDb child_db(db_path, TuneDb::Mode::ReadOnly);
+      export_jsonl(child_db, out);
+      return 11;  // must not report success
+    } catch (const Error& e) {
+      return std::string(e.what()).find("cannot write") != std::string::npos ? 0 : 12;
+    }
+  });
+  CHECK(code == 0);
+  CHECK(file_bytes(out) == previous);
+  int temporaries = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::filesystem::path(out).parent_path()))
+    temporaries += entry.path().filename().string().find(".tmp-") != std::string::npos;
+  CHECK(temporaries == 0);
+  if (std::filesystem::exists("/dev/full")) {
+    CHECK_THROWS_WITH_AS(export_jsonl(db, "/dev/full"), doctest::Contains("cannot write"), Error);
+    CHECK(std::filesystem::is_character_file("/dev/full"));
+  }
 }

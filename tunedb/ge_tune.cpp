@@ -1,12 +1,17 @@
 // ge_tune: prebuilds and manages ge2's tuning database.
 //
-//   ge_tune tune   --db FILE [--shape MxNxK[xB]]... [--shapes-file F] [--preset
-//   ffn:HIDDEN[:TOKENS]]
-//                  [--dtype f16|bf16|f32] [--act none|relu|gelu|gelu_tanh] [--no-bias]
-//   ge_tune check  --db FILE --shape ...   (compile in cached mode: which algorithm each shape
-//   gets) ge_tune list   --db FILE [--kernel K] [--device TEXT] ge_tune export --db FILE --out
-//   FILE.jsonl ge_tune import --db FILE --in FILE.jsonl ge_tune prune  --db FILE --keep-device TEXT
-//   --keep-cublaslt N ge_tune info   --db FILE
+//   ge_tune [--db FILE] tune   [--shape MxNxK[xB]]... [--shapes-file F] [--preset FFN]
+//                              [--dtype f16|bf16|f32] [--act none|relu|gelu|gelu_tanh] [--no-bias]
+//   ge_tune [--db FILE] check  (the same problem options; which algorithm each shape gets)
+//   ge_tune [--db FILE] list   [--kernel K] [--device TEXT]
+//   ge_tune [--db FILE] export --out FILE.jsonl
+//   ge_tune [--db FILE] import --in FILE.jsonl
+//   ge_tune [--db FILE] prune  --keep-device KEY --keep-cublaslt N [--dry-run] [--force]
+//   ge_tune [--db FILE] info
+//
+// --db may also follow the subcommand. Without it, the library's own rule
+// finds the file: $GE2_TUNEDB, else $XDG_CACHE_HOME/ge2/tunedb.sqlite, else
+// ~/.cache/ge2/tunedb.sqlite.
 //
 // Exit codes: 0 success, 1 runtime failure (device, database), 2 bad arguments.
 #include <fmt/format.h>
@@ -14,13 +19,18 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <charconv>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <regex>
 
 #include "core/error.hpp"
+#include "core/tensor_type.hpp"
 #include "ge_v2_api.h"
 #include "tunedb/tunedb.hpp"
+#include "tunedb/tunedb_jsonl.hpp"
+#include "tunedb/tunedb_path.hpp"
 
 namespace {
 
@@ -28,16 +38,24 @@ struct Shape {
   std::int64_t m, n, k, batch;
 };
 
+// A size in 1..limit, or a ValidationError naming the option and the text.
+std::int64_t parse_size(const std::string& digits, std::int64_t limit, const char* option,
+                        const std::string& text) {
+  std::int64_t value = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (error != std::errc() || end != digits.data() + digits.size() || value < 1 || value > limit)
+    throw CLI::ValidationError(option,
+                               fmt::format("'{}': {} must be in 1..{}", text, digits, limit));
+  return value;
+}
+
 Shape parse_shape(const std::string& text) {
   static const std::regex pattern(R"((\d+)x(\d+)x(\d+)(?:x(\d+))?)");
   std::smatch match;
   if (!std::regex_match(text, match, pattern))
     throw CLI::ValidationError("--shape", fmt::format("'{}' is not MxNxK or MxNxKxB", text));
-  Shape s{std::stoll(match[1]), std::stoll(match[2]), std::stoll(match[3]),
-          match[4].matched ? std::stoll(match[4]) : 1};
-  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0)
-    throw CLI::ValidationError("--shape", fmt::format("'{}' has a zero size", text));
-  return s;
+  auto size = [&](int i) { return parse_size(match[i], ge2::kMaxDimension, "--shape", text); };
+  return {size(1), size(2), size(3), match[4].matched ? size(4) : 1};
 }
 
 // Transformer feed-forward shapes for a hidden size: up- and down-projection
@@ -47,29 +65,26 @@ std::vector<Shape> preset_shapes(const std::string& preset) {
   std::smatch match;
   if (!std::regex_match(preset, match, pattern))
     throw CLI::ValidationError("--preset", fmt::format("'{}' is not ffn:HIDDEN[:TOKENS]", preset));
-  const std::int64_t hidden = std::stoll(match[1]);
-  const std::int64_t tokens = match[2].matched ? std::stoll(match[2]) : 16384;
+  const std::int64_t hidden = parse_size(match[1], ge2::kMaxDimension / 4, "--preset", preset);
+  const std::int64_t tokens =
+      match[2].matched ? parse_size(match[2], ge2::kMaxDimension, "--preset", preset) : 16384;
   return {{tokens, 4 * hidden, hidden, 1}, {tokens, hidden, 4 * hidden, 1}};
 }
 
-[[noreturn]] void die(const char* what, ge2_status_t status) {
-  throw std::runtime_error(
-      fmt::format("{}: {}: {}", what, ge2_status_string(status), ge2_last_error()));
+// ge2_last_error() names the function and the argument already.
+void check(ge2_status_t status) {
+  if (status != GE2_OK)
+    throw std::runtime_error(fmt::format("{} ({})", ge2_last_error(), ge2_status_string(status)));
 }
-#define TRY(call)                     \
-  do {                                \
-    const ge2_status_t s_ = (call);   \
-    if (s_ != GE2_OK) die(#call, s_); \
-  } while (0)
 
 ge2_context_t* open_context(ge2_tune_mode_t mode, const std::string& db) {
   ge2_context_options_t options;
-  TRY(ge2_context_options_init(&options));
+  check(ge2_context_options_init(&options));
   options.device = GE2_DEVICE_CUDA;
   options.tune_mode = mode;
   options.tunedb_path = db.c_str();
   ge2_context_t* context = nullptr;
-  TRY(ge2_context_create(GE2_API_VERSION, &options, &context));
+  check(ge2_context_create(GE2_API_VERSION, &options, &context));
   return context;
 }
 
@@ -77,7 +92,7 @@ ge2_context_t* open_context(ge2_tune_mode_t mode, const std::string& db) {
 nlohmann::json compile_shape(ge2_context_t* context, const Shape& s, ge2_dtype_t dtype,
                              ge2_activation_t act, bool bias) {
   ge2_graph_t* graph = nullptr;
-  TRY(ge2_graph_create(&graph));
+  check(ge2_graph_create(&graph));
   ge2_tensor_desc_t da{dtype, s.batch > 1 ? 3 : 2, {}, {}}, db{dtype, s.batch > 1 ? 3 : 2, {}, {}},
       dbias{dtype, 1, {s.n}, {}};
   const int r = s.batch > 1 ? 1 : 0;
@@ -85,20 +100,54 @@ nlohmann::json compile_shape(ge2_context_t* context, const Shape& s, ge2_dtype_t
   da.shape[r] = s.m, da.shape[r + 1] = s.k;
   db.shape[r] = s.k, db.shape[r + 1] = s.n;
   ge2_value_t a, b, vb = GE2_NO_VALUE, d;
-  TRY(ge2_graph_add_input(graph, "a", &da, &a));
-  TRY(ge2_graph_add_input(graph, "b", &db, &b));
-  if (bias) TRY(ge2_graph_add_input(graph, "bias", &dbias, &vb));
-  TRY(ge2_graph_add_gemm_bias_act(graph, a, b, vb, nullptr, act, &d));
-  TRY(ge2_graph_mark_output(graph, d, "d", nullptr));
+  check(ge2_graph_add_input(graph, "a", &da, &a));
+  check(ge2_graph_add_input(graph, "b", &db, &b));
+  if (bias) check(ge2_graph_add_input(graph, "bias", &dbias, &vb));
+  check(ge2_graph_add_gemm_bias_act(graph, a, b, vb, nullptr, act, &d));
+  check(ge2_graph_mark_output(graph, d, "d", nullptr));
   ge2_plan_t* plan = nullptr;
   const ge2_status_t status = ge2_plan_compile(context, graph, nullptr, &plan);
   ge2_graph_destroy(graph);
-  if (status != GE2_OK) die("ge2_plan_compile", status);
+  check(status);
   const char* text = nullptr;
-  TRY(ge2_plan_describe(plan, &text));
+  check(ge2_plan_describe(plan, &text));
   nlohmann::json step = nlohmann::json::parse(text)["steps"][0];
   ge2_plan_destroy(plan);
   return step;
+}
+
+// Deletes every row but those of (keep_device, keep_version), matched exactly,
+// after printing what goes. A key that matches no row is most likely a typo:
+// without --force nothing is deleted then.
+int run_prune(ge2::TuneDb& database, const std::string& keep_device, std::int64_t keep_version,
+              bool dry_run, bool force) {
+  std::map<std::pair<std::string, std::int64_t>, int> doomed;
+  int kept = 0;
+  for (const auto& row : database.list()) {
+    if (row.key.device == keep_device && row.key.cublaslt_version == keep_version)
+      ++kept;
+    else
+      ++doomed[{row.key.device, row.key.cublaslt_version}];
+  }
+  if (kept == 0 && !doomed.empty() && !force) {
+    fmt::print(stderr,
+               "ge_tune: no entry has device '{}' and cuBLASLt {}; pruning would delete all {} "
+               "group(s):\n",
+               keep_device, keep_version, doomed.size());
+    for (const auto& [key, count] : doomed)
+      fmt::print(stderr, "  {} cuBLASLt {}: {} entries\n", key.first, key.second, count);
+    fmt::print(stderr, "check the key with 'ge_tune list'; --force deletes anyway\n");
+    return 2;
+  }
+  for (const auto& [key, count] : doomed)
+    fmt::print("{} {} entries of {} cuBLASLt {}\n", dry_run ? "would delete" : "deleting", count,
+               key.first, key.second);
+  if (dry_run) {
+    fmt::print("dry run: nothing deleted; {} entries kept\n", kept);
+    return 0;
+  }
+  fmt::print("removed {} entries, kept {}\n", database.prune(keep_device, keep_version), kept);
+  return 0;
 }
 
 std::string format_eta(double seconds) {
@@ -115,7 +164,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> shape_texts, presets;
   std::string shapes_file, dtype_text = "f16", act_text = "relu", kernel_filter, device_filter,
                            file, keep_device;
-  bool no_bias = false;
+  bool no_bias = false, dry_run = false, force = false;
   std::int64_t keep_cublaslt = -1;
 
   auto add_problem_options = [&](CLI::App* sub) {
@@ -137,17 +186,27 @@ int main(int argc, char** argv) {
   list->add_option("--kernel", kernel_filter, "only this kernel (lt_f16, ...)");
   list->add_option("--device", device_filter, "only devices whose key contains this text");
   auto* export_cmd = app.add_subcommand("export", "write entries as JSON Lines");
-  export_cmd->add_option("--out", file, "output file")->required();
-  auto* import_cmd =
-      app.add_subcommand("import", "read entries from JSON Lines (the faster measurement wins)");
+  export_cmd->add_option("--out", file, "output file (replaced only once complete)")->required();
+  auto* import_cmd = app.add_subcommand(
+      "import", "read entries from JSON Lines, all or nothing (the faster measurement wins)");
   import_cmd->add_option("--in", file, "input file")->required()->check(CLI::ExistingFile);
-  auto* prune = app.add_subcommand("prune", "delete entries of other devices or cuBLASLt versions");
-  prune->add_option("--keep-device", keep_device, "device key to keep (see list)")->required();
-  prune->add_option("--keep-cublaslt", keep_cublaslt, "cuBLASLt version to keep")->required();
+  auto* prune = app.add_subcommand(
+      "prune", "delete entries of every device and cuBLASLt version but the one kept");
+  prune->add_option("--keep-device", keep_device, "device key to keep, exactly as list shows it")
+      ->required();
+  prune->add_option("--keep-cublaslt", keep_cublaslt, "cuBLASLt version to keep")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  prune->add_flag("--dry-run", dry_run, "print what would be deleted and delete nothing");
+  prune->add_flag("--force", force,
+                  "delete even when no entry has the kept device and version (that deletes all)");
   auto* info = app.add_subcommand("info", "database path, schema version and counts");
+  const char* db_help =
+      "database file (default: $GE2_TUNEDB, else $XDG_CACHE_HOME/ge2/tunedb.sqlite, else "
+      "~/.cache/ge2/tunedb.sqlite)";
+  app.add_option("--db", db, db_help);
   for (auto* sub : {tune, check, list, export_cmd, import_cmd, prune, info})
-    sub->add_option("--db", db,
-                    "database file (default: $GE2_TUNEDB or ~/.cache/ge2/tunedb.sqlite)");
+    sub->add_option("--db", db, db_help);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -155,11 +214,12 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;  // --help is success; every other parse error is a usage error
   }
 
+  // The library's resolver, so that ge_tune and ge2 contexts open the same file.
+  if (db.empty()) db = ge2::resolve_tunedb_path(nullptr);
   if (db.empty()) {
-    if (const char* env = std::getenv("GE2_TUNEDB"); env && *env)
-      db = env;
-    else if (const char* home = std::getenv("HOME"))
-      db = std::string(home) + "/.cache/ge2/tunedb.sqlite";
+    fmt::print(stderr,
+               "ge_tune: no database: pass --db FILE, or set GE2_TUNEDB, XDG_CACHE_HOME or HOME\n");
+    return 2;
   }
   try {
     if (tune->parsed() || check->parsed()) {
@@ -207,10 +267,8 @@ int main(int argc, char** argv) {
       ge2_context_destroy(context);
       return 0;
     }
-    const ge2::TuneDb::Mode mode = (import_cmd->parsed() || prune->parsed())
-                                       ? ge2::TuneDb::Mode::ReadWrite
-                                       : ge2::TuneDb::Mode::ReadOnly;
-    ge2::TuneDb database(db, mode);
+    const bool writes = import_cmd->parsed() || (prune->parsed() && !dry_run);
+    ge2::TuneDb database(db, writes ? ge2::TuneDb::Mode::ReadWrite : ge2::TuneDb::Mode::ReadOnly);
     if (list->parsed()) {
       ge2::TuneDb::Filter filter{device_filter, kernel_filter, std::nullopt};
       fmt::print("{:<34} {:<8} {:<44} {:>22} {:>10} {:>10} {:>8}\n", "device", "kernel",
@@ -221,29 +279,14 @@ int main(int argc, char** argv) {
                    fmt::format("{}x{}x{}x{}", r.key.batch, r.key.m, r.key.n, r.key.k), r.time_us,
                    r.heuristic_time_us, r.gflops / 1e3);
     } else if (export_cmd->parsed()) {
-      std::ofstream out(file);
-      if (!out) throw std::runtime_error(fmt::format("cannot write '{}'", file));
-      int count = 0;
-      for (const auto& r : database.list()) {
-        out << r.to_json().dump() << "\n";
-        ++count;
-      }
+      const std::int64_t count = ge2::export_jsonl(database, file);
       fmt::print("exported {} entries to {}\n", count, file);
     } else if (import_cmd->parsed()) {
-      std::ifstream in(file);
-      int line_number = 0, changed = 0, total = 0;
-      for (std::string line; std::getline(in, line);) {
-        ++line_number;
-        if (line.empty()) continue;
-        const auto j = nlohmann::json::parse(line, nullptr, false);
-        if (j.is_discarded())
-          throw std::runtime_error(fmt::format("{}:{}: not JSON", file, line_number));
-        changed += database.upsert(ge2::TuneRecord::from_json(j)) ? 1 : 0;
-        ++total;
-      }
-      fmt::print("imported {} entries from {} ({} stored or improved)\n", total, file, changed);
+      const ge2::ImportResult result = ge2::import_jsonl(database, file);
+      fmt::print("imported {} entries from {} ({} stored or improved)\n", result.rows, file,
+                 result.changed);
     } else if (prune->parsed()) {
-      fmt::print("removed {} entries\n", database.prune(keep_device, keep_cublaslt));
+      return run_prune(database, keep_device, keep_cublaslt, dry_run, force);
     } else if (info->parsed()) {
       fmt::print("database: {}\nschema version: {}\nentries: {}\n", database.path(),
                  database.schema_version(), database.count());

@@ -38,7 +38,10 @@ struct TuneRecord {
   std::string ge2_version;
 
   nlohmann::json to_json() const;
-  static TuneRecord from_json(const nlohmann::json& j);  // throws GE2_ERROR_TUNEDB on a bad row
+  // Validates every field: sizes are integers within ge2's dimension limit,
+  // times finite and positive, strings non-empty. Throws GE2_ERROR_TUNEDB with
+  // a message that starts with `where` (e.g. "rows.jsonl:51") and names the field.
+  static TuneRecord from_json(const nlohmann::json& j, const std::string& where = "tunedb record");
 };
 
 }  // namespace ge2

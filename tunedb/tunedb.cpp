@@ -2,7 +2,13 @@
 
 #include <sqlite3.h>
 
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.hpp"
 
@@ -111,27 +117,79 @@ TuneRecord read_row(const Statement& s) {
 
 void TuneDb::Closer::operator()(sqlite3* db) const { sqlite3_close_v2(db); }
 
+namespace {
+
+// SQLite's URI syntax for a file name: the characters that end or escape a path
+// component are percent-encoded.
+std::string sqlite_uri(const std::string& path, const char* query) {
+  std::string uri = "file:";
+  for (const char c : path) {
+    if (c == '%' || c == '?' || c == '#' || static_cast<unsigned char>(c) < 0x20)
+      uri += fmt::format("%{:02X}", static_cast<unsigned char>(c));
+    else
+      uri += c;
+  }
+  return uri + "?" + query;
+}
+
+// A read-only connection to a WAL database fails in a read-only directory
+// (SQLite cannot create the -shm file there): the shape of a database shipped
+// for many users. Such a file cannot be changed by anyone who cannot write the
+// directory either, so it is read as immutable.
+bool needs_immutable_read(int extended_code) {
+  return (extended_code & 0xff) == SQLITE_READONLY || (extended_code & 0xff) == SQLITE_CANTOPEN;
+}
+
+// The fields of an SQLite file's 100-byte header that say whose database it
+// is, read without SQLite: opening a foreign WAL database, even to read it,
+// would leave -wal and -shm files beside it.
+struct FileHeader {
+  std::uint32_t user_version = 0, application_id = 0;
+};
+
+std::uint32_t big_endian_u32(const unsigned char* bytes) {
+  return (std::uint32_t{bytes[0]} << 24) | (std::uint32_t{bytes[1]} << 16) |
+         (std::uint32_t{bytes[2]} << 8) | std::uint32_t{bytes[3]};
+}
+
+FileHeader read_file_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  require(in.is_open(), GE2_ERROR_TUNEDB, "tunedb: cannot read '{}': {}", path,
+          std::strerror(errno));
+  unsigned char header[100] = {};
+  in.read(reinterpret_cast<char*>(header), sizeof header);
+  static constexpr char kMagic[] = "SQLite format 3";  // with its terminating NUL: 16 bytes
+  require(in.gcount() == sizeof header && std::memcmp(header, kMagic, sizeof kMagic) == 0,
+          GE2_ERROR_TUNEDB,
+          "tunedb: '{}' is not a ge2 tuning database (not an SQLite file); ge2 leaves it "
+          "untouched",
+          path);
+  return {big_endian_u32(header + 60), big_endian_u32(header + 68)};
+}
+
+}  // namespace
+
 TuneDb::TuneDb(const std::string& path, Mode mode) : path_(path), mode_(mode) {
   require(!path.empty(), GE2_ERROR_TUNEDB, "tunedb: empty path");
-  if (mode == Mode::ReadWrite) {
-    const auto parent = std::filesystem::path(path).parent_path();
-    std::error_code error;
-    if (!parent.empty()) std::filesystem::create_directories(parent, error);
-    require(!error, GE2_ERROR_TUNEDB, "tunedb: cannot create directory '{}': {}", parent.string(),
-            error.message());
+  std::error_code error;
+  const bool exists = std::filesystem::exists(path, error);
+  if (mode == Mode::ReadWrite && !exists) {
+    create_file();
+  } else {
+    if (exists) check_file_header();
+    open(mode == Mode::ReadWrite ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READONLY, path);
   }
-  sqlite3* raw = nullptr;
-  const int flags = (mode == Mode::ReadWrite ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
-                                             : SQLITE_OPEN_READONLY) |
-                    SQLITE_OPEN_FULLMUTEX;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
-  db_.reset(raw);
-  require(rc == SQLITE_OK, GE2_ERROR_TUNEDB, "tunedb: cannot open '{}' {}: {}", path,
-          mode == Mode::ReadWrite ? "for writing" : "for reading",
-          raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc));
-  sqlite3_busy_timeout(raw, kBusyTimeoutMs);
-  // Reading the schema version touches the file header: a corrupt file fails here.
-  const int version = schema_version();
+  // Nothing is written before the file is known to be a ge2 tuning database:
+  // a file ge2 does not recognise stays byte-for-byte as it was.
+  int version = 0;
+  try {
+    version = recognise();
+  } catch (const Error&) {
+    if (mode != Mode::ReadOnly || !needs_immutable_read(sqlite3_extended_errcode(db_.get()))) throw;
+    open(SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, sqlite_uri(path, "immutable=1"));
+    immutable_ = true;
+    version = recognise();
+  }
   if (mode == Mode::ReadWrite) {
     exec("PRAGMA journal_mode=WAL");
     exec("PRAGMA synchronous=NORMAL");
@@ -146,6 +204,100 @@ TuneDb::TuneDb(const std::string& path, Mode mode) : path_(path), mode_(mode) {
 
 TuneDb::~TuneDb() = default;
 
+void TuneDb::open(int flags, const std::string& name) {
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(name.c_str(), &raw, flags | SQLITE_OPEN_FULLMUTEX, nullptr);
+  db_.reset(raw);
+  require(rc == SQLITE_OK, GE2_ERROR_TUNEDB, "tunedb: cannot open '{}' {}: {}", path_,
+          (flags & SQLITE_OPEN_READWRITE) ? "for writing" : "for reading",
+          raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc));
+  sqlite3_busy_timeout(raw, kBusyTimeoutMs);
+}
+
+// A new database is built complete under a temporary name and then linked into
+// place, so that the path never shows a half-made file, and a file another
+// process created meanwhile is opened, never replaced.
+void TuneDb::create_file() {
+  const std::filesystem::path target(path_);
+  std::error_code error;
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), error);
+  require(!error, GE2_ERROR_TUNEDB, "tunedb: cannot create directory '{}': {}",
+          target.parent_path().string(), error.message());
+  const std::string temporary = fmt::format("{}.new-{}", path_, getpid());
+  std::filesystem::remove(temporary, error);
+  try {
+    open(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, temporary);
+    exec("PRAGMA journal_mode=WAL");
+    migrate();
+    db_.reset();  // closing checkpoints the WAL into the file and removes -wal/-shm
+  } catch (...) {
+    db_.reset();
+    std::filesystem::remove(temporary, error);
+    throw;
+  }
+  const int linked = link(temporary.c_str(), path_.c_str());
+  const int link_error = errno;
+  std::filesystem::remove(temporary, error);
+  require(linked == 0 || link_error == EEXIST, GE2_ERROR_TUNEDB, "tunedb: cannot create '{}': {}",
+          path_, std::strerror(link_error));
+  open(SQLITE_OPEN_READWRITE, path_);
+}
+
+// Refuses, before SQLite opens the file, anything that cannot be a ge2 tuning
+// database: ge2's application id, or no id with the schema versions of ge2 2.0
+// and 2.1, which set none (recognise() then looks at the tables).
+void TuneDb::check_file_header() const {
+  const FileHeader header = read_file_header(path_);
+  const bool maybe_ours =
+      header.application_id == kApplicationId ||
+      (header.application_id == 0 && header.user_version >= 1 && header.user_version <= 2);
+  require(maybe_ours, GE2_ERROR_TUNEDB,
+          "tunedb: '{}' is not a ge2 tuning database (application_id {}, user_version {}); ge2 "
+          "leaves it untouched",
+          path_, header.application_id, header.user_version);
+}
+
+// The schema version of a ge2 tuning database, or GE2_ERROR_TUNEDB for
+// anything else: another application's database, a newer ge2's, or not a
+// database at all. Reads only.
+int TuneDb::recognise() const {
+  try {
+    return recognise_schema();
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    if (message.find(path_) != std::string::npos) throw;
+    fail(GE2_ERROR_TUNEDB, "tunedb: '{}': {}", path_, message.substr(message.find(' ') + 1));
+  }
+}
+
+int TuneDb::recognise_schema() const {
+  const std::int64_t application = pragma_integer("application_id");
+  const int version = schema_version();
+  std::vector<std::string> tables;
+  {
+    Statement s(db_.get(), "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
+    while (s.step()) tables.push_back(s.text(0));
+  }
+  // Files of ge2 2.0 and 2.1 carry no application id: their one table says who made them.
+  const bool ours =
+      application == kApplicationId || (application == 0 && version >= 1 && version <= 2 &&
+                                        tables == std::vector<std::string>{"tuned_algo"});
+  require(ours, GE2_ERROR_TUNEDB,
+          "tunedb: '{}' is not a ge2 tuning database (application_id {}, user_version {}, "
+          "{} table(s){}{}); ge2 leaves it untouched",
+          path_, application, version, tables.size(), tables.empty() ? "" : ": ",
+          fmt::join(tables, ", "));
+  require(version >= 1 && version <= kSchemaVersion, GE2_ERROR_TUNEDB,
+          "tunedb: '{}' has schema version {}, this ge2 knows 1 to {}; ge2 leaves it untouched",
+          path_, version, kSchemaVersion);
+  return version;
+}
+
+std::int64_t TuneDb::pragma_integer(const char* name) const {
+  Statement s(db_.get(), (std::string("PRAGMA ") + name).c_str());
+  return s.step() ? s.integer(0) : 0;
+}
+
 void TuneDb::exec(const char* sql) const {
   char* message = nullptr;
   if (sqlite3_exec(db_.get(), sql, nullptr, nullptr, &message) != SQLITE_OK) {
@@ -155,13 +307,11 @@ void TuneDb::exec(const char* sql) const {
   }
 }
 
-int TuneDb::schema_version() const {
-  Statement s(db_.get(), "PRAGMA user_version");
-  return s.step() ? static_cast<int>(s.integer(0)) : 0;
-}
+int TuneDb::schema_version() const { return static_cast<int>(pragma_integer("user_version")); }
 
 void TuneDb::migrate() {
   WriteTransaction transaction(db_.get());
+  // Read again inside the write lock: another process may have migrated meanwhile.
   const int version = schema_version();
   require(version <= kSchemaVersion, GE2_ERROR_TUNEDB,
           "tunedb: '{}' has schema version {}, newer than this ge2 ({}); refusing to touch it",
@@ -186,6 +336,8 @@ void TuneDb::migrate() {
   }
   if (version != kSchemaVersion)
     exec(("PRAGMA user_version = " + std::to_string(kSchemaVersion)).c_str());
+  if (pragma_integer("application_id") != kApplicationId)
+    exec(("PRAGMA application_id = " + std::to_string(kApplicationId)).c_str());
   transaction.commit();
 }
 
@@ -222,9 +374,24 @@ std::vector<TuneRecord> TuneDb::find_in_bucket(const TuneKey& key) const {
   return rows;
 }
 
-bool TuneDb::upsert(const TuneRecord& r) {
+bool TuneDb::upsert(const TuneRecord& record) {
   require(writable(), GE2_ERROR_TUNEDB, "tunedb: '{}' is open read-only", path_);
   WriteTransaction transaction(db_.get());
+  const bool changed = upsert_row(record);
+  transaction.commit();
+  return changed;
+}
+
+std::int64_t TuneDb::upsert_all(const std::vector<TuneRecord>& records) {
+  require(writable(), GE2_ERROR_TUNEDB, "tunedb: '{}' is open read-only", path_);
+  WriteTransaction transaction(db_.get());
+  std::int64_t changed = 0;
+  for (const auto& record : records) changed += upsert_row(record) ? 1 : 0;
+  transaction.commit();
+  return changed;
+}
+
+bool TuneDb::upsert_row(const TuneRecord& r) {
   Statement s(
       db_.get(),
       "INSERT INTO tuned_algo (device, cublaslt_version, kernel, signature, m, n, k, batch, "
@@ -250,9 +417,7 @@ bool TuneDb::upsert(const TuneRecord& r) {
       .bind(15, r.heuristic_time_us);
   s.bind(16, r.gflops).bind(17, r.created_at).bind(18, r.ge2_version);
   s.step();
-  const bool changed = sqlite3_changes(db_.get()) > 0;
-  transaction.commit();
-  return changed;
+  return sqlite3_changes(db_.get()) > 0;
 }
 
 std::vector<TuneRecord> TuneDb::list(const Filter& filter) const {

@@ -21,9 +21,14 @@ class TuneDb {
  public:
   enum class Mode { ReadOnly, ReadWrite };
   static constexpr int kSchemaVersion = 2;
+  // PRAGMA application_id of ge2 tuning databases: "ge2T".
+  static constexpr std::int64_t kApplicationId = 0x67653254;
 
   // Opens (and in ReadWrite mode creates, with its parent directory) the file.
-  // Throws GE2_ERROR_TUNEDB with SQLite's message on failure or a corrupt file.
+  // Throws GE2_ERROR_TUNEDB with SQLite's message on failure, a corrupt file,
+  // or a file that is not a ge2 tuning database of a known schema version;
+  // such a file is not written to. ReadOnly works on a WAL file in a read-only
+  // directory (read as immutable).
   TuneDb(const std::string& path, Mode mode);
   ~TuneDb();
   TuneDb(const TuneDb&) = delete;
@@ -31,6 +36,7 @@ class TuneDb {
 
   const std::string& path() const { return path_; }
   bool writable() const { return mode_ == Mode::ReadWrite; }
+  bool immutable() const { return immutable_; }  // read without locks (see the constructor)
   int schema_version() const;
 
   std::optional<TuneRecord> find_exact(const TuneKey& key) const;
@@ -40,6 +46,9 @@ class TuneDb {
   // Inserts, or replaces an existing row only if the new one is faster. Returns
   // whether the stored row changed.
   bool upsert(const TuneRecord& record);
+  // Upserts every record in one transaction (all or nothing); returns how many
+  // stored rows changed.
+  std::int64_t upsert_all(const std::vector<TuneRecord>& records);
 
   struct Filter {
     std::string device_contains, kernel;
@@ -54,11 +63,19 @@ class TuneDb {
   struct Closer {
     void operator()(sqlite3* db) const;
   };
+  void open(int flags, const std::string& name);
+  void create_file();
+  void check_file_header() const;
+  int recognise() const;
+  int recognise_schema() const;
+  std::int64_t pragma_integer(const char* name) const;
   void migrate();
   void exec(const char* sql) const;
+  bool upsert_row(const TuneRecord& record);  // inside the caller's transaction
 
   std::string path_;
   Mode mode_;
+  bool immutable_ = false;
   std::unique_ptr<sqlite3, Closer> db_;
 };
 

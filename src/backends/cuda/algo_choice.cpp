@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 
 #include "core/error.hpp"
 #include "select/tune_key.hpp"
@@ -27,23 +26,7 @@ AlgoChooser::AlgoChooser(cublasLtHandle_t handle, const DeviceInfo& device, ge2_
       device_(device),
       mode_(mode),
       workspace_bytes_(workspace_bytes),
-      db_path_(tunedb_path) {
-  if (mode == GE2_TUNE_OFF || tunedb_path.empty()) return;
-  if (mode == GE2_TUNE_TUNE) {
-    try {
-      db_ = std::make_unique<TuneDb>(tunedb_path, TuneDb::Mode::ReadWrite);
-      return;
-    } catch (const Error& error) {
-      // A read-only file still serves its rows; new results stay in memory.
-      if (!std::filesystem::exists(tunedb_path)) throw;
-      db_note_ = std::string("not writable, tuning results kept in memory only: ") + error.what();
-    }
-  } else if (!std::filesystem::exists(tunedb_path)) {
-    db_note_ = "no database file yet";
-    return;
-  }
-  db_ = std::make_unique<TuneDb>(tunedb_path, TuneDb::Mode::ReadOnly);
-}
+      db_(mode == GE2_TUNE_OFF ? std::string() : tunedb_path, mode == GE2_TUNE_TUNE) {}
 
 AlgoChooser::~AlgoChooser() = default;
 
@@ -87,7 +70,7 @@ AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key) {
   measured_[key.to_string()] = outcome.best.time_us;
   TuneKey fallback_key = make_tune_key(matmul.problem(), KernelId::CudaF32, device_);
   measured_[fallback_key.to_string()] = outcome.fallback_time_us;
-  if (db_ && db_->writable()) {
+  if (db_.writable()) {
     TuneRecord record{key,
                       outcome.best.config.to_json(),
                       static_cast<std::int64_t>(outcome.best.workspace_bytes),
@@ -96,7 +79,7 @@ AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key) {
                       gflops,
                       utc_now(),
                       GE2_VERSION_STRING};
-    db_->upsert(record);
+    db_.store(record);
     TuneRecord fallback{fallback_key,
                         nlohmann::json::object(),
                         0,
@@ -105,7 +88,7 @@ AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key) {
                         matmul.problem().flops() / (outcome.fallback_time_us * 1e3),
                         utc_now(),
                         GE2_VERSION_STRING};
-    db_->upsert(fallback);
+    db_.store(fallback);
   }
   return {outcome.best.algo, outcome.best.config, outcome.best.workspace_bytes,
           fmt::format("tuned now ({} candidates, {} rejected; {:.1f} us vs heuristic {:.1f} us)",
@@ -120,8 +103,8 @@ AlgoChoice AlgoChooser::choose(LtMatmul& matmul) {
   if (auto it = choices_.find(text); it != choices_.end()) return it->second;
   AlgoChoice choice;
   bool found = false;
-  if (mode_ != GE2_TUNE_OFF && db_) {
-    if (auto row = db_->find_exact(key)) {
+  if (mode_ != GE2_TUNE_OFF) {
+    if (auto row = db_.find_exact(key)) {
       if (auto c = from_record(matmul, *row, "tunedb")) {
         choice = *c;
         found = true;
@@ -132,8 +115,8 @@ AlgoChoice AlgoChooser::choose(LtMatmul& matmul) {
     choice = tune_now(matmul, key);
     found = true;
   }
-  if (!found && mode_ == GE2_TUNE_CACHED && db_) {
-    for (const auto& row : db_->find_in_bucket(key)) {
+  if (!found && mode_ == GE2_TUNE_CACHED) {
+    for (const auto& row : db_.find_in_bucket(key)) {
       if (auto c = from_record(
               matmul, row,
               fmt::format("tunedb bucket (tuned at {}x{}x{})", row.key.m, row.key.n, row.key.k))) {
@@ -155,9 +138,7 @@ std::optional<double> AlgoChooser::measured(KernelId kernel, const GemmProblem& 
   std::lock_guard lock(mutex_);
   if (auto it = measured_.find(text); it != measured_.end()) return it->second;
   std::optional<double> time;
-  if (db_) {
-    if (auto row = db_->find_exact(key)) time = row->time_us;
-  }
+  if (auto row = db_.find_exact(key)) time = row->time_us;
   measured_.emplace(text, time);
   return time;
 }
@@ -169,14 +150,11 @@ MeasuredTime AlgoChooser::measured_times() {
 nlohmann::json AlgoChooser::describe() const {
   std::lock_guard lock(mutex_);
   static const char* modes[] = {"off", "cached", "tune"};
-  nlohmann::json j{{"mode", modes[mode_]},
-                   {"tunedb", db_path_.empty() ? "none" : db_path_},
-                   {"tunedb_open", db_ != nullptr},
-                   {"tunedb_writable", db_ && db_->writable()},
-                   {"cached_choices", choices_.size()},
-                   {"tuned_in_this_process", tuned_},
-                   {"stale_rows_ignored", stale_rows_}};
-  if (!db_note_.empty()) j["tunedb_note"] = db_note_;
+  nlohmann::json j = db_.describe();
+  j["mode"] = modes[mode_];
+  j["cached_choices"] = choices_.size();
+  j["tuned_in_this_process"] = tuned_;
+  j["stale_rows_ignored"] = stale_rows_;
   return j;
 }
 

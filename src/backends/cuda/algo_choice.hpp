@@ -12,7 +12,7 @@
 #include "backends/cuda/tuner.hpp"
 #include "select/device_info.hpp"
 #include "select/selector.hpp"
-#include "tunedb/tunedb.hpp"
+#include "tunedb/tunedb_access.hpp"
 
 namespace ge2::cuda {
 
@@ -48,8 +48,7 @@ class AlgoChooser {
   mutable std::mutex mutex_;
   std::unordered_map<std::string, AlgoChoice> choices_;
   std::unordered_map<std::string, std::optional<double>> measured_;
-  std::unique_ptr<TuneDb> db_;
-  std::string db_path_, db_note_;
+  TuneDbAccess db_;
   int stale_rows_ = 0, tuned_ = 0;
 };
 
