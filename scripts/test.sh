@@ -7,6 +7,7 @@
 #      API-docs coverage check
 #   4. a consumer project using find_package(ge2) against an installed CPU build
 #   5. an AddressSanitizer + UndefinedBehaviorSanitizer build running the CPU tests
+#      and the Python binding's tests
 #   6. the libFuzzer target for GE2_FUZZ_SECONDS (default 60) from the seed corpus
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +49,13 @@ CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWit
 cmake --build build-asan
 ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -L cpu
+# The Python binding's tests over the sanitized library: the interpreter is not
+# instrumented, so the ASan runtime is preloaded (leak checks off: CPython
+# keeps objects alive at exit by design).
+LD_PRELOAD=$(clang -print-file-name=libclang_rt.asan-x86_64.so) \
+  ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  GE2_LIBRARY=$ROOT/build-asan/src/libge2.so PYTHONPATH=$ROOT/bindings/python \
+  python3 -m pytest -q -rs -p no:cacheprovider bindings/python/tests
 
 step "6. fuzzing the C API for ${GE2_FUZZ_SECONDS:-60} s"
 corpus=$(mktemp -d)

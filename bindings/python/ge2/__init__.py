@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import ctypes
 import json
-import warnings
 
-from . import _capi
-from ._arrays import ELEMENT_SIZE, empty_like_library, view
+from . import _capi, _checks
+from ._arrays import empty_like_library, view
+from ._checks import invalid
 from .errors import *  # noqa: F401,F403
 from .errors import BY_STATUS, Ge2Error, InvalidArgumentError, VersionMismatchError
 
@@ -32,6 +32,7 @@ if _lib.ge2_get_api_version() != _capi.API_VERSION:
 
 _DTYPE_NAMES = {"f16": _capi.DTYPE_F16, "float16": _capi.DTYPE_F16, "bf16": _capi.DTYPE_BF16,
                 "bfloat16": _capi.DTYPE_BF16, "f32": _capi.DTYPE_F32, "float32": _capi.DTYPE_F32}
+_DTYPE_TEXT = {_capi.DTYPE_F16: "float16", _capi.DTYPE_BF16: "bfloat16", _capi.DTYPE_F32: "float32"}
 
 
 def _check(status: int) -> None:
@@ -44,45 +45,64 @@ def library_version() -> str:
     return _lib.ge2_get_version_string().decode()
 
 
-def _activation(act) -> int:
-    if isinstance(act, int):
-        return act
+def _activation(act, function: str) -> int:
+    return _checks.choice(act, _capi.ACTIVATIONS, "act", function)
+
+
+def _dtype(dtype, function: str) -> int:
+    return _checks.choice(dtype, _DTYPE_NAMES, "dtype", function)
+
+
+def _value(value, argument: str, function: str) -> int:
+    return _checks.integer(value, argument, function, _checks.INT32_MIN, _checks.INT32_MAX)
+
+
+def _desc(dtype: int, shape, strides, function: str) -> _capi.TensorDesc:
     try:
-        return _capi.ACTIVATIONS[act]
-    except KeyError:
-        raise ValueError(f"ge2: unknown activation {act!r}; use None, 'relu', 'gelu' (erf), 'gelu_tanh'") from None
-
-
-def _desc(dtype: int, shape, strides=None) -> _capi.TensorDesc:
+        shape = tuple(shape)
+    except TypeError:
+        raise TypeError(f"{function}: argument 'shape' = {shape!r} is not a sequence of ints") from None
+    if not 1 <= len(shape) <= 3:
+        raise invalid(function, f"argument 'shape' = {shape} must have 1 to 3 dimensions")
+    if strides is not None:
+        strides = tuple(strides)
+        if len(strides) != len(shape):
+            raise invalid(function, f"argument 'strides' = {strides} must have {len(shape)} entries like "
+                                    f"'shape'")
     desc = _capi.TensorDesc()
     desc.dtype = dtype
     desc.rank = len(shape)
     for i, extent in enumerate(shape):
-        desc.shape[i] = int(extent)
-        desc.strides[i] = int(strides[i]) if strides is not None else 0
+        desc.shape[i] = _checks.integer(extent, f"shape[{i}]", function)
+        desc.strides[i] = _checks.integer(strides[i], f"strides[{i}]", function) if strides is not None else 0
     return desc
 
 
 class Context:
-    """A device, its cuBLASLt handle and tuning cache. device: 'auto', 'cuda' or 'cpu'."""
+    """A device, its cuBLASLt handle and tuning cache. device: 'auto', 'cuda' or 'cpu';
+    tune: 'off', 'cached' or 'tune'; one_shot_cache_size: plans gemm_bias_act keeps (LRU)."""
 
-    def __init__(self, device: str = "auto", tune: str = "cached", tunedb: str | None = None, ordinal: int = 0):
+    def __init__(self, device: str = "auto", tune: str = "cached", tunedb: str | None = None, ordinal: int = 0,
+                 one_shot_cache_size: int | None = None):
+        f = "ge2.Context"
         options = _capi.ContextOptions()
         _check(_lib.ge2_context_options_init(ctypes.byref(options)))
-        options.device = _capi.DEVICES[device]
-        options.tune_mode = _capi.TUNE_MODES[tune]
-        options.device_ordinal = ordinal
-        self._tunedb = tunedb.encode() if tunedb is not None else None
+        options.device = _checks.choice(device, _capi.DEVICES, "device", f)
+        options.tune_mode = _checks.choice(tune, _capi.TUNE_MODES, "tune", f)
+        options.device_ordinal = _checks.integer(ordinal, "ordinal", f, 0, _checks.INT32_MAX)
+        if one_shot_cache_size is not None:
+            options.one_shot_cache_size = _checks.integer(one_shot_cache_size, "one_shot_cache_size", f, 0,
+                                                          (1 << 32) - 1)
+        self._tunedb = _checks.path(tunedb, "tunedb", f) if tunedb is not None else None
         options.tunedb_path = self._tunedb
         handle = ctypes.c_void_p()
         _check(_lib.ge2_context_create(_capi.API_VERSION, ctypes.byref(options), ctypes.byref(handle)))
         self._handle = handle
-        self._one_shot_keepalive = []
 
     @property
     def handle(self):
         if self._handle is None:
-            raise ValueError("ge2: the context is closed")
+            raise InvalidArgumentError("ge2.Context: the context is closed", 1)
         return self._handle
 
     @property
@@ -132,43 +152,58 @@ class Graph:
             self._handle = None
 
     def input(self, name: str, shape, dtype="f16", strides=None) -> Value:
+        f = "ge2.Graph.input"
+        encoded = _checks.name(name, "name", f)
+        desc = _desc(_dtype(dtype, f), shape, strides, f)
         out = ctypes.c_int32()
-        dt = _DTYPE_NAMES[dtype] if isinstance(dtype, str) else dtype
-        _check(_lib.ge2_graph_add_input(self._handle, name.encode(), ctypes.byref(_desc(dt, shape, strides)), ctypes.byref(out)))
+        _check(_lib.ge2_graph_add_input(self._handle, encoded, ctypes.byref(desc), ctypes.byref(out)))
         return Value(out.value)
 
     @staticmethod
-    def _attrs(trans_a, trans_b, alpha, beta):
+    def _attrs(trans_a, trans_b, alpha, beta, function):
         attrs = _capi.GemmAttrs()
         _check(_lib.ge2_gemm_attrs_init(ctypes.byref(attrs)))
-        attrs.trans_a, attrs.trans_b, attrs.alpha, attrs.beta = int(trans_a), int(trans_b), alpha, beta
+        attrs.trans_a = _checks.flag(trans_a, "trans_a", function)
+        attrs.trans_b = _checks.flag(trans_b, "trans_b", function)
+        attrs.alpha = _checks.real(alpha, "alpha", function)
+        attrs.beta = _checks.real(beta, "beta", function)
         return attrs
 
     def gemm(self, a, b, c=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0) -> Value:
+        f = "ge2.Graph.gemm"
         out = ctypes.c_int32()
-        attrs = self._attrs(trans_a, trans_b, alpha, beta)
-        _check(_lib.ge2_graph_add_gemm(self._handle, a, b, _capi.NO_VALUE if c is None else c, ctypes.byref(attrs), ctypes.byref(out)))
+        attrs = self._attrs(trans_a, trans_b, alpha, beta, f)
+        _check(_lib.ge2_graph_add_gemm(self._handle, _value(a, "a", f), _value(b, "b", f),
+                                       _capi.NO_VALUE if c is None else _value(c, "c", f),
+                                       ctypes.byref(attrs), ctypes.byref(out)))
         return Value(out.value)
 
     def bias(self, x, bias) -> Value:
+        f = "ge2.Graph.bias"
         out = ctypes.c_int32()
-        _check(_lib.ge2_graph_add_bias(self._handle, x, bias, ctypes.byref(out)))
+        _check(_lib.ge2_graph_add_bias(self._handle, _value(x, "x", f), _value(bias, "bias", f), ctypes.byref(out)))
         return Value(out.value)
 
     def activation(self, x, act) -> Value:
+        f = "ge2.Graph.activation"
         out = ctypes.c_int32()
-        _check(_lib.ge2_graph_add_activation(self._handle, x, _activation(act), ctypes.byref(out)))
+        _check(_lib.ge2_graph_add_activation(self._handle, _value(x, "x", f), _activation(act, f),
+                                             ctypes.byref(out)))
         return Value(out.value)
 
     def gemm_bias_act(self, a, b, bias=None, act=None, trans_a=False, trans_b=False, alpha=1.0) -> Value:
+        f = "ge2.Graph.gemm_bias_act"
         out = ctypes.c_int32()
-        attrs = self._attrs(trans_a, trans_b, alpha, 0.0)
-        _check(_lib.ge2_graph_add_gemm_bias_act(self._handle, a, b, _capi.NO_VALUE if bias is None else bias,
-                                                ctypes.byref(attrs), _activation(act), ctypes.byref(out)))
+        attrs = self._attrs(trans_a, trans_b, alpha, 0.0, f)
+        _check(_lib.ge2_graph_add_gemm_bias_act(self._handle, _value(a, "a", f), _value(b, "b", f),
+                                                _capi.NO_VALUE if bias is None else _value(bias, "bias", f),
+                                                ctypes.byref(attrs), _activation(act, f), ctypes.byref(out)))
         return Value(out.value)
 
     def output(self, value, name: str) -> None:
-        _check(_lib.ge2_graph_mark_output(self._handle, value, name.encode(), None))
+        f = "ge2.Graph.output"
+        _check(_lib.ge2_graph_mark_output(self._handle, _value(value, "value", f), _checks.name(name, "name", f),
+                                          None))
 
     def compile(self, context: Context, fuse=True, allow_tf32=False, force_kernel: str | None = None,
                 graph_replay=False) -> "Plan":
@@ -178,16 +213,31 @@ class Graph:
                     graph_replay=graph_replay)
 
 
+def _stream(stream, function: str):
+    return None if stream is None else _checks.integer(stream, "stream", function, 0, (1 << 64) - 1)
+
+
+def _on_the_context(v, argument: str, on_cuda: bool, function: str) -> None:
+    """A CPU context dereferences every pointer on the host: device memory would crash it."""
+    if v.on_device and not on_cuda:
+        raise invalid(function, f"argument '{argument}' is a CUDA {v.library} array but the context runs on "
+                                f"the CPU backend")
+
+
 class Plan:
     """A compiled graph. execute() binds arrays by name."""
 
     def __init__(self, context: Context, graph: Graph, fuse=True, allow_tf32=False, force_kernel=None,
                  graph_replay=False):
+        f = "ge2.Graph.compile"
+        if not isinstance(context, Context):
+            raise TypeError(f"{f}: argument 'context' is a {type(context).__name__}, not a ge2.Context")
         options = _capi.CompileOptions()
         _check(_lib.ge2_compile_options_init(ctypes.byref(options)))
-        options.fuse, options.allow_tf32 = int(fuse), int(allow_tf32)
-        options.graph_replay = int(graph_replay)
-        self._force = force_kernel.encode() if force_kernel else None
+        options.fuse = _checks.flag(fuse, "fuse", f)
+        options.allow_tf32 = _checks.flag(allow_tf32, "allow_tf32", f)
+        options.graph_replay = _checks.flag(graph_replay, "graph_replay", f)
+        self._force = _checks.name(force_kernel, "force_kernel", f) if force_kernel else None
         options.force_kernel = self._force
         handle = ctypes.c_void_p()
         _check(_lib.ge2_plan_compile(context.handle, graph._handle, ctypes.byref(options), ctypes.byref(handle)))
@@ -205,8 +255,14 @@ class Plan:
             info = _capi.IoInfo()
             _check(_lib.ge2_plan_io_info(self._handle, i, ctypes.byref(info)))
             rank = info.desc.rank
+            shape = tuple(info.desc.shape[:rank])
+            strides, dense = list(info.desc.strides[:rank]), 1
+            for d in reversed(range(rank)):  # as ArrayView: extent-1 dimensions get the dense stride
+                if shape[d] == 1:
+                    strides[d] = dense
+                dense *= shape[d]
             io[info.name.decode()] = {"output": bool(info.is_output), "dtype": info.desc.dtype,
-                                      "shape": tuple(info.desc.shape[:rank]), "strides": tuple(info.desc.strides[:rank])}
+                                      "shape": shape, "strides": tuple(strides)}
         return io
 
     def describe(self) -> dict:
@@ -215,26 +271,35 @@ class Plan:
         return json.loads(text.value)
 
     def execute(self, arrays: dict, stream: int | None = None) -> None:
-        """Binds arrays by name and runs the plan. Device arrays run on `stream`, by
-        default the current stream of the first device array's library."""
+        """Binds arrays by name (every input and output exactly once) and runs the plan. Device
+        arrays run on `stream`, by default the current stream of the first device array's library."""
+        f = "ge2.Plan.execute"
+        if not isinstance(arrays, dict):
+            raise TypeError(f"{f}: argument 'arrays' is a {type(arrays).__name__}, not a dict of name -> array")
+        unknown = [name for name in arrays if name not in self.io]
+        if unknown:
+            raise invalid(f, f"argument 'arrays': {unknown[0]!r} is not an input or output of the plan "
+                             f"(it has {', '.join(map(repr, self.io))})")
+        missing = [name for name in self.io if name not in arrays]
+        if missing:
+            kind = "output" if self.io[missing[0]]["output"] else "input"
+            raise invalid(f, f"argument 'arrays': {kind} {missing[0]!r} is not bound")
+        stream = _stream(stream, f)
         bindings = (_capi.Binding * len(arrays))()
-        keep = []
         need_stream = stream is None and self._on_cuda
         for i, (name, array) in enumerate(arrays.items()):
-            v = view(array, want_stream=need_stream)
-            expected = self.io.get(name)
-            if expected is not None and (v.dtype != expected["dtype"] or v.shape != expected["shape"]
-                                         or v.strides != expected["strides"]):
-                raise InvalidArgumentError(
-                    f"ge2.Plan.execute: argument '{name}': dtype/shape/strides {v.dtype}/{v.shape}/{v.strides} "
-                    f"differ from the plan's {expected['dtype']}/{expected['shape']}/{expected['strides']}", 1)
+            v = view(array, name, f, want_stream=need_stream)
+            expected = self.io[name]
+            if v.dtype != expected["dtype"] or v.shape != expected["shape"] or v.strides != expected["strides"]:
+                raise invalid(f, f"argument '{name}': {_DTYPE_TEXT[v.dtype]} {v.shape} with element strides "
+                                 f"{v.strides} differs from the plan's {_DTYPE_TEXT[expected['dtype']]} "
+                                 f"{expected['shape']} with strides {expected['strides']}")
+            if expected["output"] and v.readonly:
+                raise invalid(f, f"argument '{name}' is an output but its array is read-only")
+            _on_the_context(v, name, self._on_cuda, f)
             if need_stream and v.on_device:
                 stream, need_stream = v.stream, False
-            encoded = self._names.get(name)
-            if encoded is None:
-                encoded = name.encode()
-                keep.append(encoded)
-            bindings[i].name = encoded
+            bindings[i].name = self._names[name]
             bindings[i].data = v.pointer
         _check(_lib.ge2_plan_execute(self._handle, bindings, len(arrays), stream))
 
@@ -247,49 +312,100 @@ class Plan:
 _default_context = None
 
 
+def _row_major(v, argument: str, function: str):
+    """(rows, cols, ld, batch stride, transposed) of a matrix or batch of matrices whose rows or
+    columns are contiguous; a column-major matrix is the row-major view of its transpose."""
+    rows, cols = v.shape[-2:]
+    row_stride, col_stride = v.strides[-2:]
+    batch_stride = v.strides[0] if len(v.shape) == 3 else 0
+    if col_stride == 1 and row_stride >= cols:
+        return rows, cols, row_stride, batch_stride, False
+    if row_stride == 1 and col_stride >= rows:
+        return cols, rows, col_stride, batch_stride, True
+    raise invalid(function, f"argument '{argument}' (shape {v.shape}, element strides {v.strides}) has neither "
+                            f"contiguous rows nor contiguous columns; pass a contiguous copy")
+
+
 def gemm_bias_act(a, b, bias=None, act=None, *, trans_a=False, trans_b=False, alpha=1.0, out=None,
                   context: Context | None = None, stream: int | None = None):
-    """D = act(alpha * op(a) @ op(b) + bias) in one call; returns `out` or a new array of a's library."""
+    """D = act(alpha * op(a) @ op(b) + bias) in one call; returns `out` or a new array of a's library.
+
+    a is [M, K] (trans_a: [K, M]) and b is [K, N] (trans_b: [N, K]), or both carry the same leading
+    batch dimension; there is no broadcasting here (build a Graph for that). Rows or columns must be
+    contiguous: a column-major operand (e.g. `w.T`) is used as such. bias is [N], out is [M, N] (or
+    [batch, M, N]) with contiguous rows and must be writeable. Every argument is checked before
+    the library is called; a bad one raises TypeError or ge2.InvalidArgumentError (a ValueError)
+    naming it.
+    """
     global _default_context
+    f = "ge2.gemm_bias_act"
     if context is None:
         if _default_context is None:
             _default_context = Context()
         context = _default_context
-    va, vb = view(a), view(b)
-    if len(va.shape) != len(vb.shape) or len(va.shape) not in (2, 3):
-        raise ValueError("ge2.gemm_bias_act: a and b must both be 2-D, or both 3-D (batched)")
+    elif not isinstance(context, Context):
+        raise TypeError(f"{f}: argument 'context' is a {type(context).__name__}, not a ge2.Context")
+    on_cuda = context.device == "cuda"
+    trans_a, trans_b = _checks.flag(trans_a, "trans_a", f), _checks.flag(trans_b, "trans_b", f)
+    alpha = _checks.real(alpha, "alpha", f)
+    activation = _activation(act, f)
+    stream = _stream(stream, f)
+    va, vb = view(a, "a", f), view(b, "b", f)
+    for name, v in (("a", va), ("b", vb)):
+        if len(v.shape) not in (2, 3):
+            raise invalid(f, f"argument '{name}' has shape {v.shape}; it must be a matrix or a batch of matrices")
+        _on_the_context(v, name, on_cuda, f)
+    if len(va.shape) != len(vb.shape):
+        raise invalid(f, f"arguments 'a' {va.shape} and 'b' {vb.shape} must both be 2-D or both 3-D (the "
+                         f"one-shot call does not broadcast a batch)")
+    if vb.dtype != va.dtype:
+        raise TypeError(f"{f}: argument 'b' is {_DTYPE_TEXT[vb.dtype]} but 'a' is {_DTYPE_TEXT[va.dtype]}")
     batch = va.shape[0] if len(va.shape) == 3 else 1
-    rows_a, cols_a = va.shape[-2:]
-    rows_b, cols_b = vb.shape[-2:]
+    if len(vb.shape) == 3 and vb.shape[0] != batch:
+        raise invalid(f, f"argument 'b': batch {vb.shape[0]} does not match a's batch {batch}")
+    rows_a, cols_a, lda, stride_a, a_transposed = _row_major(va, "a", f)
+    rows_b, cols_b, ldb, stride_b, b_transposed = _row_major(vb, "b", f)
+    trans_a ^= a_transposed
+    trans_b ^= b_transposed
     m, k = (cols_a, rows_a) if trans_a else (rows_a, cols_a)
-    n = rows_b if trans_b else cols_b
-
-    def leading(v, name):
-        if v.strides[-1] != 1:
-            raise ValueError(f"ge2.gemm_bias_act: argument '{name}' must have unit stride in its last dimension")
-        return v.strides[-2], (v.strides[0] if len(v.shape) == 3 else 0)
-
+    kb, n = (cols_b, rows_b) if trans_b else (rows_b, cols_b)
+    if kb != k:
+        raise invalid(f, f"argument 'b' {vb.shape}{' transposed' if trans_b != b_transposed else ''}: K = {kb} "
+                         f"does not match a's K = {k} ({va.shape}{' transposed' if trans_a != a_transposed else ''})")
+    d_shape = (batch, m, n) if len(va.shape) == 3 else (m, n)
     if out is None:
-        out = empty_like_library(va.library, (batch, m, n) if batch > 1 else (m, n), va.dtype, a)
-    vd = view(out)
+        out = empty_like_library(va.library, d_shape, va.dtype, a)
+    vd = view(out, "out", f)
+    if vd.dtype != va.dtype:
+        raise TypeError(f"{f}: argument 'out' is {_DTYPE_TEXT[vd.dtype]} but 'a' is {_DTYPE_TEXT[va.dtype]}")
+    if vd.shape != d_shape:
+        raise invalid(f, f"argument 'out' has shape {vd.shape}; the result is {d_shape}")
+    if vd.readonly:
+        raise invalid(f, "argument 'out' is read-only")
+    _on_the_context(vd, "out", on_cuda, f)
+    _, _, ldd, stride_d, d_transposed = _row_major(vd, "out", f)
+    if d_transposed and m > 1 and n > 1:
+        raise invalid(f, f"argument 'out' (element strides {vd.strides}) must have contiguous rows")
     params = _capi.GemmParams()
     _check(_lib.ge2_gemm_params_init(ctypes.byref(params)))
     params.m, params.n, params.k, params.batch = m, n, k, batch
-    params.trans_a, params.trans_b = int(trans_a), int(trans_b)
-    params.lda, params.stride_a = leading(va, "a")
-    params.ldb, params.stride_b = leading(vb, "b")
-    params.ldd, params.stride_d = leading(vd, "out")
-    params.dtype, params.activation, params.alpha = va.dtype, _activation(act), alpha
+    params.trans_a, params.trans_b = trans_a, trans_b
+    params.lda, params.stride_a = lda, stride_a
+    params.ldb, params.stride_b = ldb, stride_b
+    params.ldd, params.stride_d = (n if d_transposed else ldd), stride_d
+    params.dtype, params.activation, params.alpha = va.dtype, activation, alpha
     bias_pointer = None
     if bias is not None:
-        vbias = view(bias)
+        vbias = view(bias, "bias", f)
+        if vbias.dtype != va.dtype:
+            raise TypeError(f"{f}: argument 'bias' is {_DTYPE_TEXT[vbias.dtype]} but 'a' is {_DTYPE_TEXT[va.dtype]}")
         if vbias.shape != (n,) or vbias.strides != (1,):
-            raise ValueError(f"ge2.gemm_bias_act: argument 'bias' must be contiguous with shape ({n},), got {vbias.shape}")
+            raise invalid(f, f"argument 'bias' must be contiguous with shape ({n},); it has shape {vbias.shape}, "
+                             f"element strides {vbias.strides}")
+        _on_the_context(vbias, "bias", on_cuda, f)
         params.has_bias, bias_pointer = 1, vbias.pointer
-    for name, v in (("b", vb), ("out", vd)):
-        if v.dtype != va.dtype:
-            raise ValueError(f"ge2.gemm_bias_act: argument '{name}' dtype differs from a's")
     if stream is None and va.on_device:
         stream = va.stream
-    _check(_lib.ge2_gemm_bias_act(context.handle, ctypes.byref(params), va.pointer, vb.pointer, bias_pointer, vd.pointer, stream))
+    _check(_lib.ge2_gemm_bias_act(context.handle, ctypes.byref(params), va.pointer, vb.pointer, bias_pointer,
+                                  vd.pointer, stream))
     return out

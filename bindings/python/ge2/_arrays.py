@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from . import _capi
+from ._checks import invalid
 
 _TYPESTR = {"<f2": _capi.DTYPE_F16, "<f4": _capi.DTYPE_F32}
-_NUMPY = {"float16": _capi.DTYPE_F16, "float32": _capi.DTYPE_F32}
 ELEMENT_SIZE = {_capi.DTYPE_F16: 2, _capi.DTYPE_BF16: 2, _capi.DTYPE_F32: 4}
 
 
@@ -13,11 +13,11 @@ class ArrayView:
     "torch") and, for device arrays, the library's current stream. A slotted class:
     execute() builds one per array per call, so construction cost matters."""
 
-    __slots__ = ("pointer", "dtype", "shape", "strides", "on_device", "library", "stream")
+    __slots__ = ("pointer", "dtype", "shape", "strides", "on_device", "library", "stream", "readonly")
 
-    def __init__(self, pointer, dtype, shape, strides, on_device, library, stream=None):
+    def __init__(self, pointer, dtype, shape, strides, on_device, library, stream=None, readonly=False):
         self.pointer, self.dtype, self.shape, self.strides = pointer, dtype, shape, strides
-        self.on_device, self.library, self.stream = on_device, library, stream
+        self.on_device, self.library, self.stream, self.readonly = on_device, library, stream, readonly
 
     def __repr__(self):
         return (f"ArrayView(pointer={self.pointer:#x}, dtype={self.dtype}, shape={self.shape}, "
@@ -38,19 +38,25 @@ def _torch_current_stream(torch, device) -> int:
     return _torch_stream_of[0](device)
 
 
-def _torch_view(t, want_stream) -> ArrayView:
+def _torch_view(t, want_stream, argument, function) -> ArrayView:
     import torch
     if not _TORCH_DTYPES:
         _TORCH_DTYPES.update({torch.float16: _capi.DTYPE_F16, torch.bfloat16: _capi.DTYPE_BF16,
                               torch.float32: _capi.DTYPE_F32})
     dtype = _TORCH_DTYPES.get(t.dtype)
     if dtype is None:
-        raise TypeError(f"ge2: torch dtype {t.dtype} is not float16, bfloat16 or float32")
+        raise TypeError(f"{function}: argument '{argument}': torch dtype {t.dtype} is not float16, "
+                        f"bfloat16 or float32")
+    if t.device.type not in ("cpu", "cuda"):
+        raise invalid(function, f"argument '{argument}' is on device {t.device}; ge2 takes CPU and CUDA tensors")
     stream = _torch_current_stream(torch, t.device) if (want_stream and t.is_cuda) else None
-    return ArrayView(t.data_ptr(), dtype, tuple(t.shape), tuple(t.stride()), t.is_cuda, "torch", stream)
+    # Writing through the pointer would bypass autograd: such a tensor is read-only to ge2.
+    readonly = t.requires_grad
+    return ArrayView(t.data_ptr(), dtype, tuple(t.shape), tuple(t.stride()), t.is_cuda, "torch", stream,
+                     readonly)
 
 
-def _element_strides(iface, dtype) -> tuple:
+def _element_strides(iface, dtype, argument, function) -> tuple:
     size = ELEMENT_SIZE[dtype]
     strides = iface.get("strides")
     if strides is None:  # C-contiguous
@@ -60,34 +66,66 @@ def _element_strides(iface, dtype) -> tuple:
             step *= extent
         return tuple(reversed(out))
     if any(s % size for s in strides):
-        raise ValueError("ge2: array strides are not whole elements")
+        raise invalid(function, f"argument '{argument}': byte strides {tuple(strides)} are not whole "
+                                f"{size}-byte elements")
     return tuple(s // size for s in strides)
 
 
-def view(array, want_stream: bool = True) -> ArrayView:
+def _checked(v: ArrayView, argument: str, function: str) -> ArrayView:
+    """Refuses what the C API cannot express: empty, broadcast (stride 0) and reversed (negative
+    stride) dimensions. Strides of dimensions of extent 1 address nothing: they are replaced by
+    the dense row-major value, so that equal layouts compare equal."""
+    if not 1 <= len(v.shape) <= 3:
+        raise invalid(function, f"argument '{argument}' has {len(v.shape)} dimensions; ge2 takes 1 to 3")
+    strides, dense = list(v.strides), 1
+    for i in reversed(range(len(v.shape))):
+        extent = v.shape[i]
+        if extent <= 0:
+            raise invalid(function, f"argument '{argument}' has shape {v.shape}: dimension {i} is empty")
+        if extent == 1:
+            strides[i] = dense
+        elif strides[i] <= 0:
+            kind = "broadcast (stride 0)" if strides[i] == 0 else "reversed (negative stride)"
+            raise invalid(function, f"argument '{argument}' is a {kind} view (shape {v.shape}, element "
+                                    f"strides {v.strides}); pass a copy (np.ascontiguousarray, "
+                                    f".contiguous())")
+        dense *= extent
+    v.strides = tuple(strides)
+    return v
+
+
+def view(array, argument: str = "array", function: str = "ge2", want_stream: bool = True) -> ArrayView:
     """`want_stream`: also look up the array library's current stream (costs a call)."""
     module = type(array).__module__.split(".")[0]
     if module == "torch":
-        return _torch_view(array, want_stream)
+        return _checked(_torch_view(array, want_stream, argument, function), argument, function)
     if hasattr(array, "__cuda_array_interface__"):  # CuPy and others
         iface = array.__cuda_array_interface__
         dtype = _TYPESTR.get(iface["typestr"])
         if dtype is None:
-            raise TypeError(f"ge2: array typestr {iface['typestr']} is not float16 or float32")
+            raise TypeError(f"{function}: argument '{argument}': typestr {iface['typestr']} is not float16 "
+                            f"or float32")
         shape = tuple(iface["shape"])
-        strides = _element_strides(iface, dtype)
+        strides = _element_strides(iface, dtype, argument, function)
         stream = None
         if module == "cupy" and want_stream:
             import cupy
             stream = cupy.cuda.get_current_stream().ptr
-        return ArrayView(iface["data"][0], dtype, shape, strides, True, module, stream)
+        pointer, readonly = iface["data"]
+        return _checked(ArrayView(pointer, dtype, shape, strides, True, module, stream, bool(readonly)),
+                        argument, function)
     iface = getattr(array, "__array_interface__", None)  # NumPy: one dict, no ctypes objects
     if iface is not None:
         dtype = _TYPESTR.get(iface["typestr"])
         if dtype is None:
-            raise TypeError(f"ge2: NumPy dtype {iface['typestr']} is not float16 or float32 (bfloat16 needs PyTorch)")
-        return ArrayView(iface["data"][0], dtype, tuple(iface["shape"]), _element_strides(iface, dtype), False, "numpy")
-    raise TypeError(f"ge2: unsupported array type {type(array)!r}; use NumPy, CuPy or PyTorch")
+            raise TypeError(f"{function}: argument '{argument}': NumPy dtype {iface['typestr']} is not "
+                            f"float16 or float32 (bfloat16 needs PyTorch)")
+        pointer, readonly = iface["data"]
+        return _checked(ArrayView(pointer, dtype, tuple(iface["shape"]),
+                                  _element_strides(iface, dtype, argument, function), False, "numpy",
+                                  None, bool(readonly)), argument, function)
+    raise TypeError(f"{function}: argument '{argument}' is a {type(array).__module__}.{type(array).__name__}; "
+                    f"use a NumPy, CuPy or PyTorch array")
 
 
 def empty_like_library(library: str, shape: tuple, dtype: int, like):
