@@ -166,16 +166,18 @@ typedef struct ge2_plan_s ge2_plan_t;       /* a compiled, executable graph */
 /* ------------------------------------------------------------------------- */
 
 typedef struct ge2_context_options {
-  uint32_t struct_size;      /* set by ge2_context_options_init */
-  ge2_device_kind_t device;  /* default GE2_DEVICE_AUTO */
-  int device_ordinal;        /* CUDA device index, default 0 */
-  ge2_tune_mode_t tune_mode; /* default GE2_TUNE_CACHED */
-  const char* tunedb_path;   /* NULL: $GE2_TUNEDB, else $XDG_CACHE_HOME/ge2/tunedb.sqlite,
-                                else ~/.cache/ge2/tunedb.sqlite;
-                                "" : no database, in-memory tuning cache only */
+  uint32_t struct_size;         /* set by ge2_context_options_init */
+  ge2_device_kind_t device;     /* default GE2_DEVICE_AUTO */
+  int device_ordinal;           /* CUDA device index, default 0 */
+  ge2_tune_mode_t tune_mode;    /* default GE2_TUNE_CACHED */
+  const char* tunedb_path;      /* NULL: $GE2_TUNEDB, else $XDG_CACHE_HOME/ge2/tunedb.sqlite,
+                                   else ~/.cache/ge2/tunedb.sqlite;
+                                   "" : no database, in-memory tuning cache only */
   uint32_t one_shot_cache_size; /* how many compiled plans ge2_gemm_bias_act keeps, the
                                    least recently used evicted first; 0 compiles every
-                                   call. Default 256. (Added in 2.2; older callers'
+                                   call. Default 1024. Cycling through more distinct
+                                   parameter blocks than this misses every time: size
+                                   it to the working set. (Added in 2.2; older callers'
                                    smaller struct_size reads as the default.) */
 } ge2_context_options_t;
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 through the device tool (see docs/gpu-validation.md):
-#   scripts/gpu-check.sh [tests|sanitize|tune|notebook|profile|bench|all]...
+#   scripts/gpu-check.sh [tests|reliability|sanitize|tune|notebook|profile|bench|all]...
 # Uses the build folder made on the development machine (build-gpu, carried;
 # the device lacks sqlite3.h), runs the gpu-labelled tests, the sample, the
 # sanitizers and the benchmarks, and prints a short table last. Logs go to $OUT.
@@ -35,6 +35,15 @@ for mode in $modes; do
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python python3 -m pytest -q -rs \
       "$ROOT/bindings/python/tests" > "$OUT/pytest.log" 2>&1
     note "python binding (pytest): $(tail -1 "$OUT/pytest.log")"
+    ;;&
+  reliability | all)
+    # The reliability cases of the GPU tests under memcheck, and the one-shot
+    # plan cache's hit and miss cost on the device.
+    compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" \
+      -tc='*tuning database*,*device memory is refused*' > "$OUT/sanitizer-reliability.log" 2>&1
+    note "compute-sanitizer memcheck (reliability cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-reliability.log" | tail -1))"
+    "$BUILD/bench/bench_one_shot_cache" --json "$OUT/one_shot_cache.json" 2>&1 | tee "$OUT/one_shot_cache.log"
+    note "one-shot cache: $(tr '\n' ';' < "$OUT/one_shot_cache.log" | cut -c1-400)"
     ;;&
   sanitize | all)
     for tool in memcheck racecheck; do

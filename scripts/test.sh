@@ -8,7 +8,9 @@
 #   4. a consumer project using find_package(ge2) against an installed CPU build
 #   5. an AddressSanitizer + UndefinedBehaviorSanitizer build running the CPU tests
 #      and the Python binding's tests
-#   6. the libFuzzer target for GE2_FUZZ_SECONDS (default 60) from the seed corpus
+#   6. the libFuzzer targets from their seed corpora: the C API for GE2_FUZZ_SECONDS
+#      (default 60), the tuning database's JSON Lines import for
+#      GE2_FUZZ_TUNEDB_SECONDS (default 30)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -57,10 +59,15 @@ LD_PRELOAD=$(clang -print-file-name=libclang_rt.asan-x86_64.so) \
   GE2_LIBRARY=$ROOT/build-asan/src/libge2.so PYTHONPATH=$ROOT/bindings/python \
   python3 -m pytest -q -rs -p no:cacheprovider bindings/python/tests
 
-step "6. fuzzing the C API for ${GE2_FUZZ_SECONDS:-60} s"
+step "6. fuzzing the C API for ${GE2_FUZZ_SECONDS:-60} s and tunedb import for ${GE2_FUZZ_TUNEDB_SECONDS:-30} s"
 corpus=$(mktemp -d)
 cp tests/fuzz/corpus/* "$corpus"/
 (cd "$corpus" && "$ROOT/build-asan/tests/ge2_fuzz_api" -max_total_time="${GE2_FUZZ_SECONDS:-60}" \
   -rss_limit_mb=4096 -malloc_limit_mb=2048 "$corpus" > fuzz.log 2>&1) || { tail -40 "$corpus/fuzz.log"; exit 1; }
+grep -E '^Done' "$corpus/fuzz.log"
+corpus=$(mktemp -d)
+cp tests/fuzz/corpus_tunedb/* "$corpus"/
+(cd "$corpus" && "$ROOT/build-asan/tests/ge2_fuzz_tunedb_import" -max_total_time="${GE2_FUZZ_TUNEDB_SECONDS:-30}" \
+  -rss_limit_mb=4096 "$corpus" > fuzz.log 2>&1) || { tail -40 "$corpus/fuzz.log"; exit 1; }
 grep -E '^Done' "$corpus/fuzz.log"
 echo "ge2 test.sh: all steps passed"

@@ -343,7 +343,7 @@ TEST_CASE("reliability: intermediates are checked against host memory together, 
 TEST_CASE("reliability: the one-shot cache evicts the least recently used plan") {
   ge2_context_options_t options;
   ge2_context_options_init(&options);
-  CHECK(options.one_shot_cache_size == 256);
+  CHECK(options.one_shot_cache_size == 1024);
   options.device = GE2_DEVICE_CPU;
   options.tunedb_path = "";
   options.one_shot_cache_size = 3;
@@ -378,7 +378,7 @@ TEST_CASE("reliability: the one-shot cache evicts the least recently used plan")
   GE2_CHECK(ge2_context_create(GE2_API_VERSION, &options, &raw));
   ContextPtr old_caller(raw);
   CHECK(describe(uncached.get())["one_shot_cache"]["capacity"] == 0);
-  CHECK(describe(old_caller.get())["one_shot_cache"]["capacity"] == 256);
+  CHECK(describe(old_caller.get())["one_shot_cache"]["capacity"] == 1024);
 }
 
 TEST_CASE("reliability: a plan stays usable after its context is destroyed") {

@@ -5,7 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "support/api_helpers.hpp"
@@ -407,6 +410,93 @@ TEST_CASE("gpu: the tuner end to end: tune mode stores the winner, a cached cont
   CHECK(plan_source(GE2_TUNE_OFF) == "heuristic");
   MESSAGE("tune mode: " << tuned);
   std::remove(db.c_str());
+}
+
+TEST_CASE("gpu: a bad tuning database degrades in cached mode, is refused in tune mode") {
+  const std::string dir = "/tmp/ge2-gpu-test-baddb-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/a-directory.sqlite");
+  auto write = [&](const char* name, const std::string& bytes) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+    return dir + "/" + name;
+  };
+  auto sqlite_header = [](std::uint32_t user_version, std::uint32_t application_id) {
+    std::string header("SQLite format 3", 16);  // with its NUL
+    header.resize(4096, '\0');
+    header[16] = 0x10;  // page size 4096
+    header[18] = header[19] = 1;
+    for (int i = 0; i < 4; ++i) {
+      header[60 + i] = static_cast<char>(user_version >> (24 - 8 * i));
+      header[68 + i] = static_cast<char>(application_id >> (24 - 8 * i));
+    }
+    return header;
+  };
+  const std::pair<const char*, std::string> files[] = {
+      {"corrupt", write("corrupt.sqlite", std::string(8192, 'x'))},
+      {"foreign", write("foreign.sqlite", sqlite_header(0, 0))},
+      {"old schema", write("old.sqlite", sqlite_header(1, 0))},
+      {"future schema", write("future.sqlite", sqlite_header(3, 0x67653254))},
+      {"unreadable (a directory)", dir + "/a-directory.sqlite"},
+  };
+  for (const auto& [what, path] : files) {
+    CAPTURE(what);
+    std::string before;
+    if (std::filesystem::is_regular_file(path)) {
+      std::ifstream in(path, std::ios::binary);
+      before.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    {
+      ContextPtr cached = make_tuning_context(GE2_DEVICE_CUDA, GE2_TUNE_CACHED, path);
+      const char* text = nullptr;
+      REQUIRE(ge2_context_describe(cached.get(), &text) == GE2_OK);
+      const auto tuning = nlohmann::json::parse(text)["tuning"];
+      MESSAGE(what << ": " << tuning.dump());
+      CHECK(tuning["tunedb_open"] == false);
+      CHECK(tuning["tunedb_errors"] == 1);
+      DeviceMemory memory;
+      GemmCase c;
+      c.dtype = GE2_DTYPE_F16;
+      c.m = 96;
+      c.n = 80;
+      c.k = 64;
+      c.has_bias = true;
+      c.act = GE2_ACT_GELU_ERF;
+      const auto r = run_gemm_case(cached.get(), memory, c);
+      CHECK(r.error <= 1e-2);
+      CHECK(nlohmann::json::parse(r.plan_json)["steps"][0]["kernel"]["algo_source"] == "heuristic");
+    }
+    ge2_context_options_t options;
+    ge2_context_options_init(&options);
+    options.device = GE2_DEVICE_CUDA;
+    options.tune_mode = GE2_TUNE_TUNE;
+    options.tunedb_path = path.c_str();
+    ge2_context_t* tuning = nullptr;
+    CHECK(ge2_context_create(GE2_API_VERSION, &options, &tuning) == GE2_ERROR_TUNEDB);
+    MESSAGE("tune mode: " << ge2_last_error());
+    CHECK(tuning == nullptr);
+    if (!before.empty()) {
+      std::ifstream in(path, std::ios::binary);
+      CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == before);
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("gpu: an output bound onto an input's device memory is refused") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  ge2_gemm_params_t p;
+  ge2_gemm_params_init(&p);
+  p.m = p.n = p.k = 64;
+  void* buffer = nullptr;
+  REQUIRE(cudaMalloc(&buffer, 3 * 64 * 64 * 2) == cudaSuccess);
+  auto* base = static_cast<unsigned char*>(buffer);
+  CHECK(ge2_gemm_bias_act(context.get(), &p, base, base + 8192, nullptr, base + 8190, nullptr) ==
+        GE2_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(ge2_last_error()).find("overlaps input 'b'") != std::string::npos);
+  CHECK(ge2_gemm_bias_act(context.get(), &p, base, base + 8192, nullptr, base + 16384, nullptr) ==
+        GE2_OK);
+  CHECK(cudaDeviceSynchronize() == cudaSuccess);
+  cudaFree(buffer);
 }
 
 TEST_CASE("gpu: host pointers are staged, and one-shot calls match fp64") {

@@ -12,7 +12,7 @@ using namespace ge2;
 
 namespace {
 
-constexpr std::uint32_t kDefaultOneShotCacheSize = 256;
+constexpr std::uint32_t kDefaultOneShotCacheSize = 1024;
 
 // 2.0 and 2.1 callers' struct ends after tunedb_path; one_shot_cache_size came in 2.2.
 constexpr std::size_t kOptionsSize21 =
@@ -48,8 +48,8 @@ ge2_status_t ge2_context_create(int api_version, const ge2_context_options_t* op
     if (options == nullptr) options = &defaults;
     require_struct_size(*options, f, "options", kOptionsSize21);
     const std::uint32_t one_shot_cache_size =
-        has_member(*options, offsetof(ge2_context_options_t, one_shot_cache_size) +
-                                 sizeof(std::uint32_t))
+        has_member(*options,
+                   offsetof(ge2_context_options_t, one_shot_cache_size) + sizeof(std::uint32_t))
             ? options->one_shot_cache_size
             : kDefaultOneShotCacheSize;
     const int device = raw_enum(options->device), tune_mode = raw_enum(options->tune_mode);
@@ -58,8 +58,7 @@ ge2_status_t ge2_context_create(int api_version, const ge2_context_options_t* op
     require(tune_mode >= GE2_TUNE_OFF && tune_mode <= GE2_TUNE_TUNE, GE2_ERROR_INVALID_ARGUMENT,
             "{}: argument 'options->tune_mode' = {} is not a ge2_tune_mode_t", f, tune_mode);
     require(options->device_ordinal >= 0, GE2_ERROR_INVALID_ARGUMENT,
-            "{}: argument 'options->device_ordinal' = {} is negative", f,
-            options->device_ordinal);
+            "{}: argument 'options->device_ordinal' = {} is negative", f, options->device_ordinal);
 
     const bool want_cuda = options->device == GE2_DEVICE_CUDA ||
                            (options->device == GE2_DEVICE_AUTO && cuda_backend_available());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ge_v2_api.h"
+#include "support/raw_enum_calls.h"
 
 namespace {
 
@@ -21,13 +22,18 @@ class Bytes {
     for (int i = 0; i < 8; ++i) v = (v << 8) | u8();
     return v;
   }
-  // Mostly small sizes, sometimes raw values to exercise validation.
+  std::int32_t i32() { return static_cast<std::int32_t>(static_cast<std::uint32_t>(i64())); }
+  // Mostly small sizes, sometimes powers of two up to 2^40 (whose products
+  // overflow: batch * M * N) or raw values, to exercise validation.
   std::int64_t size() {
     const std::uint8_t mode = u8();
-    if (mode < 200) return 1 + (u8() % 48);
-    if (mode < 230) return static_cast<std::int64_t>(u8()) - 128;
+    if (mode < 190) return 1 + (u8() % 48);
+    if (mode < 215) return static_cast<std::int64_t>(u8()) - 128;
+    if (mode < 240) return std::int64_t{1} << (u8() % 41);
     return i64();
   }
+  // A C enum argument: usually a valid value, sometimes any int (negative, huge).
+  int enum_value(int valid_count) { return u8() < 224 ? u8() % (valid_count + 1) : i32(); }
 
  private:
   const std::uint8_t* data_;
@@ -37,7 +43,7 @@ class Bytes {
 
 ge2_tensor_desc_t read_desc(Bytes& in) {
   ge2_tensor_desc_t d{};
-  d.dtype = static_cast<ge2_dtype_t>(in.u8() % 5);
+  raw_set_dtype(&d, in.enum_value(4));
   d.rank = static_cast<int32_t>(in.u8() % 5);
   for (int i = 0; i < 3; ++i) d.shape[i] = in.size();
   if (in.u8() % 4 == 0)
@@ -45,11 +51,16 @@ ge2_tensor_desc_t read_desc(Bytes& in) {
   return d;
 }
 
+// Executes with bindings built from the plan's own io list, then mutated: a
+// missing, renamed, NULL or repeated binding, a count larger than the array
+// (which is allocated to its exact size, so ASan sees any read past it), or an
+// output bound onto another binding's memory.
 void run_plan(ge2_plan_t* plan, Bytes& in) {
   size_t count = 0;
   if (ge2_plan_io_count(plan, &count) != GE2_OK) return;
   std::vector<std::vector<std::uint8_t>> buffers;
   std::vector<ge2_binding_t> bindings;
+  std::vector<int> is_output;
   std::size_t total = 0;
   for (size_t i = 0; i < count; ++i) {
     ge2_io_info_t info;
@@ -58,9 +69,42 @@ void run_plan(ge2_plan_t* plan, Bytes& in) {
     if (total > (std::size_t{16} << 20)) return;
     buffers.emplace_back(info.required_bytes, static_cast<std::uint8_t>(in.u8() & 0x3f));
     bindings.push_back({info.name, buffers.back().data()});
+    is_output.push_back(info.is_output);
   }
-  if (in.u8() % 8 == 0 && !bindings.empty()) bindings.pop_back();  // a missing binding
-  ge2_plan_execute(plan, bindings.data(), bindings.size(), nullptr);
+  std::size_t passed = bindings.size();
+  const std::uint8_t mutation = in.u8() % 16;
+  if (!bindings.empty()) {
+    const std::size_t victim = in.u8() % bindings.size(), other = in.u8() % bindings.size();
+    switch (mutation) {
+      case 0:
+        bindings.pop_back();
+        passed = bindings.size();
+        break;
+      case 1:
+        bindings[victim].name = "no_such_value";
+        break;
+      case 2:
+        bindings[victim].name = nullptr;
+        break;
+      case 3:
+        bindings[victim].data = nullptr;
+        break;
+      case 4:
+        bindings[victim].name = bindings[other].name;
+        break;
+      case 5:
+        passed = bindings.size() + 1 + in.u8() % 4;  // more than the array holds
+        break;
+      case 6:  // an output onto another binding's memory (which is at least as large or not)
+        if (is_output[victim] && victim != other) bindings[victim].data = bindings[other].data;
+        break;
+      default:
+        break;
+    }
+  }
+  // Exactly sized heap copy: a read past bindings[passed - 1] is a finding.
+  std::vector<ge2_binding_t> exact(bindings.begin(), bindings.end());
+  ge2_plan_execute(plan, exact.empty() ? nullptr : exact.data(), passed, nullptr);
   const char* text = nullptr;
   ge2_plan_describe(plan, &text);
 }
@@ -76,12 +120,12 @@ void one_shot(ge2_context_t* context, Bytes& in) {
   p.trans_b = in.u8() % 2;
   p.lda = in.u8() % 4 == 0 ? in.size() : 0;
   p.ldd = in.u8() % 4 == 0 ? in.size() : 0;
-  p.dtype = static_cast<ge2_dtype_t>(1 + in.u8() % 3);
-  p.activation = static_cast<ge2_activation_t>(in.u8() % 5);
+  const int dtype = in.u8() < 240 ? 1 + in.u8() % 3 : in.i32();
+  raw_set_params_enums(&p, dtype, in.enum_value(4));
   p.has_bias = in.u8() % 2;
   // Buffers sized for the largest valid case of these parameters, or skipped.
-  if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.lda < 0 ||
-      p.ldd < 0) {  // must be rejected before any access
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.lda < 0 || p.ldd < 0 || dtype < 1 ||
+      dtype > 3) {  // must be rejected before any access
     std::vector<float> tiny(16);
     ge2_gemm_bias_act(context, &p, tiny.data(), tiny.data(), p.has_bias ? tiny.data() : nullptr,
                       tiny.data(), nullptr);
@@ -97,16 +141,32 @@ void one_shot(ge2_context_t* context, Bytes& in) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  // A small one-shot cache, so that eviction runs too.
   static ge2_context_t* context = [] {
     ge2_context_options_t options;
     ge2_context_options_init(&options);
     options.device = GE2_DEVICE_CPU;
     options.tunedb_path = "";
+    options.one_shot_cache_size = 4;
     ge2_context_t* c = nullptr;
     ge2_context_create(GE2_API_VERSION, &options, &c);
     return c;
   }();
   Bytes in(data, size);
+  {  // Context options with any enum values and struct sizes (the fuzz build has no CUDA).
+    ge2_context_options_t options;
+    ge2_context_options_init(&options);
+    raw_set_device(&options, in.u8() < 200 ? GE2_DEVICE_CPU : in.enum_value(3));
+    raw_set_tune_mode(&options, in.enum_value(3));
+    options.tunedb_path = "";
+    if (in.u8() % 8 == 0) options.struct_size = in.u8();
+    ge2_context_t* extra = nullptr;
+    if (ge2_context_create(GE2_API_VERSION, &options, &extra) == GE2_OK) {
+      const char* text = nullptr;
+      ge2_context_describe(extra, &text);
+      ge2_context_destroy(extra);
+    }
+  }
   ge2_graph_t* graph = nullptr;
   if (ge2_graph_create(&graph) != GE2_OK) return 0;
   std::vector<ge2_value_t> values;
@@ -149,15 +209,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 3:
         status = ge2_graph_add_bias(graph, pick(), pick(), &out);
         break;
-      case 4:
-        status = ge2_graph_add_activation(graph, pick(), static_cast<ge2_activation_t>(in.u8() % 6),
-                                          &out);
+      case 4: {
+        const ge2_value_t x = pick();
+        status = raw_graph_add_activation(graph, x, in.enum_value(4), &out);
         break;
+      }
       case 5: {
         const ge2_value_t a = pick(), b = pick();
-        status =
-            ge2_graph_add_gemm_bias_act(graph, a, b, in.u8() % 2 ? pick() : GE2_NO_VALUE, &attrs,
-                                        static_cast<ge2_activation_t>(in.u8() % 5), &out);
+        const ge2_value_t bias = in.u8() % 2 ? pick() : GE2_NO_VALUE;
+        status = raw_graph_add_gemm_bias_act(graph, a, b, bias, in.enum_value(4), &out);
         break;
       }
       case 6: {

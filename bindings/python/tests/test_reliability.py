@@ -280,3 +280,29 @@ def test_plan_execute_refuses_bad_bindings_before_calling_c(cpu, c_calls):
     result = np.zeros((1, 3), np.float32)
     p1.execute({"row": wide, "out": result})
     assert np.all(result == wide)
+
+
+@pytest.mark.gpu
+def test_device_arrays_are_checked_too(cpu, c_calls):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("SKIPPED: no CUDA device")
+    a = torch.randn(64, 32, device="cuda", dtype=torch.float16)
+    w = torch.randn(48, 32, device="cuda", dtype=torch.float16)  # nn.Linear's [out, in]
+    _refused(c_calls, ValueError, r"argument 'a' is a CUDA torch array but the context runs on the CPU",
+             lambda: ge2.gemm_bias_act(a, w, trans_b=True, context=cpu))
+    with ge2.Context(device="cuda", tunedb="") as ctx:
+        _refused(c_calls, ValueError, r"argument 'b'.*K = 48 does not match a's K = 32",
+                 lambda: ge2.gemm_bias_act(a, w, context=ctx))
+        _refused(c_calls, ValueError, r"argument 'out' has shape \(64, 40\)",
+                 lambda: ge2.gemm_bias_act(a, w, trans_b=True, out=torch.empty(64, 40, device="cuda",
+                                                                             dtype=torch.float16), context=ctx))
+        _refused(c_calls, ValueError, r"argument 'out' is read-only",
+                 lambda: ge2.gemm_bias_act(a, w, trans_b=True, context=ctx, out=torch.empty(
+                     64, 48, device="cuda", dtype=torch.float16, requires_grad=True)))
+        _refused(c_calls, ValueError, r"argument 'a' is a broadcast",
+                 lambda: ge2.gemm_bias_act(a[:1].expand(64, 32), w, trans_b=True, context=ctx))
+        # w.t() is column-major: used as the transposed operand, no copy.
+        y = ge2.gemm_bias_act(a, w.t(), context=ctx)
+        want = a.double() @ w.double().t()
+        assert ((y.double() - want).norm() / want.norm()).item() <= 1e-2
