@@ -14,14 +14,15 @@
 using namespace ge2;
 
 TEST_CASE("guarded: ge2::Error keeps its status and gains the function name") {
-  const ge2_status_t status =
-      guarded("ge2_example", [](const char*) { fail(GE2_ERROR_SHAPE_MISMATCH, "argument 'b': K=3"); });
+  const ge2_status_t status = guarded(
+      "ge2_example", [](const char*) { fail(GE2_ERROR_SHAPE_MISMATCH, "argument 'b': K=3"); });
   CHECK(status == GE2_ERROR_SHAPE_MISMATCH);
   CHECK(std::string(last_error()) == "ge2_example: argument 'b': K=3");
 }
 
 TEST_CASE("guarded: bad_alloc is GE2_ERROR_OUT_OF_MEMORY, other exceptions GE2_ERROR_INTERNAL") {
-  CHECK(guarded("ge2_example", [](const char*) { throw std::bad_alloc(); }) == GE2_ERROR_OUT_OF_MEMORY);
+  CHECK(guarded("ge2_example", [](const char*) { throw std::bad_alloc(); }) ==
+        GE2_ERROR_OUT_OF_MEMORY);
   CHECK(std::string(last_error()).find("out of host memory") != std::string::npos);
   CHECK(guarded("ge2_example", [](const char*) { throw std::logic_error("invariant broken"); }) ==
         GE2_ERROR_INTERNAL);

@@ -431,7 +431,7 @@ TEST_CASE("gpu: a bad tuning database degrades in cached mode, is refused in tun
     }
     return header;
   };
-  const std::pair<const char*, std::string> files[] = {
+  const std::pair<std::string, std::string> files[] = {
       {"corrupt", write("corrupt.sqlite", std::string(8192, 'x'))},
       {"foreign", write("foreign.sqlite", sqlite_header(0, 0))},
       {"old schema", write("old.sqlite", sqlite_header(1, 0))},
@@ -472,7 +472,7 @@ TEST_CASE("gpu: a bad tuning database degrades in cached mode, is refused in tun
     options.tunedb_path = path.c_str();
     ge2_context_t* tuning = nullptr;
     CHECK(ge2_context_create(GE2_API_VERSION, &options, &tuning) == GE2_ERROR_TUNEDB);
-    MESSAGE("tune mode: " << ge2_last_error());
+    MESSAGE("tune mode: " << std::string(ge2_last_error()));
     CHECK(tuning == nullptr);
     if (!before.empty()) {
       std::ifstream in(path, std::ios::binary);
@@ -490,7 +490,12 @@ TEST_CASE("gpu: an output bound onto an input's device memory is refused") {
   void* buffer = nullptr;
   REQUIRE(cudaMalloc(&buffer, 3 * 64 * 64 * 2) == cudaSuccess);
   auto* base = static_cast<unsigned char*>(buffer);
+  // D = [8190, 16382) overlaps A = [0, 8192) (and B = [8192, 16384)): the first is named.
   CHECK(ge2_gemm_bias_act(context.get(), &p, base, base + 8192, nullptr, base + 8190, nullptr) ==
+        GE2_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(ge2_last_error()).find("output 'd' (8192 bytes at") != std::string::npos);
+  CHECK(std::string(ge2_last_error()).find("overlaps input 'a'") != std::string::npos);
+  CHECK(ge2_gemm_bias_act(context.get(), &p, base, base + 8192, nullptr, base + 16382, nullptr) ==
         GE2_ERROR_INVALID_ARGUMENT);
   CHECK(std::string(ge2_last_error()).find("overlaps input 'b'") != std::string::npos);
   CHECK(ge2_gemm_bias_act(context.get(), &p, base, base + 8192, nullptr, base + 16384, nullptr) ==

@@ -1,9 +1,9 @@
 // The structs behind the opaque handles of ge_v2_api.h.
 #pragma once
 
-#include <set>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 

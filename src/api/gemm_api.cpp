@@ -149,8 +149,8 @@ ge2_status_t ge2_gemm_bias_act(ge2_context_t* context, const ge2_gemm_params_t* 
     require_not_null(b, f, "b");
     require_not_null(d, f, "d");
     require((bias != nullptr) == (params->has_bias != 0), GE2_ERROR_INVALID_ARGUMENT,
-            "{}: argument 'bias' is {} but params->has_bias = {}", f,
-            bias ? "non-NULL" : "NULL", params->has_bias);
+            "{}: argument 'bias' is {} but params->has_bias = {}", f, bias ? "non-NULL" : "NULL",
+            params->has_bias);
     std::shared_ptr<Plan> plan;
     {
       std::lock_guard lock(context->mutex);

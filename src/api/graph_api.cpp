@@ -195,11 +195,10 @@ ge2_status_t ge2_graph_mark_output(ge2_graph_t* graph, ge2_value_t value, const 
             f, value, node.input_name);
     GraphOutput output{value, name, std::nullopt};
     if (layout != nullptr) {
-      TensorType type =
-          tensor_type_from_desc(*layout, fmt::format("{}: argument 'layout'", f));
+      TensorType type = tensor_type_from_desc(*layout, fmt::format("{}: argument 'layout'", f));
       require(type.dtype == node.type.dtype && type.same_shape(node.type), GE2_ERROR_SHAPE_MISMATCH,
-              "{}: argument 'layout': {} differs from the value's {}", f,
-              type.shape_string(), node.type.shape_string());
+              "{}: argument 'layout': {} differs from the value's {}", f, type.shape_string(),
+              node.type.shape_string());
       output.layout = type;
     }
     graph->graph.add_output(std::move(output));

@@ -93,8 +93,8 @@ ge2_status_t ge2_plan_io_info(const ge2_plan_t* plan, size_t index, ge2_io_info_
     require_not_null(out, f, "out");
     const auto& io = plan->plan->io();
     require(index < io.size(), GE2_ERROR_INVALID_ARGUMENT,
-            "{}: argument 'index' = {} is out of range (the plan has {} inputs and outputs)",
-            f, index, io.size());
+            "{}: argument 'index' = {} is out of range (the plan has {} inputs and outputs)", f,
+            index, io.size());
     out->name = io[index].name.c_str();
     out->is_output = io[index].is_output ? 1 : 0;
     out->desc = io[index].type.to_desc();

@@ -108,8 +108,8 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
     const Node& node = graph.node(id);
     if (!node.live || node.kind == OpKind::Input || slot_of[static_cast<std::size_t>(id)] >= 0)
       continue;
-    const auto total = checked_add_bytes(intermediate_bytes,
-                                         storage[static_cast<std::size_t>(id)].span_bytes());
+    const auto total =
+        checked_add_bytes(intermediate_bytes, storage[static_cast<std::size_t>(id)].span_bytes());
     require(total.has_value(), GE2_ERROR_OUT_OF_MEMORY,
             "ge2_plan_compile: the plan's intermediate buffers need more bytes than size_t holds");
     intermediate_bytes = *total;
@@ -220,7 +220,8 @@ void Plan::execute(const ge2_binding_t* bindings, std::size_t count, void* strea
 // alike), so an output sharing bytes with another binding gives wrong results.
 void Plan::check_outputs_do_not_overlap() const {
   auto range_of = [&](const PlanIo& io) {
-    const auto begin = reinterpret_cast<std::uintptr_t>(state_.slots[static_cast<std::size_t>(io.slot)]);
+    const auto begin =
+        reinterpret_cast<std::uintptr_t>(state_.slots[static_cast<std::size_t>(io.slot)]);
     return std::pair{begin, begin + io_bytes_[static_cast<std::size_t>(io.slot)]};
   };
   for (const PlanIo& output : io_) {
