@@ -454,13 +454,12 @@ TEST_CASE("gpu: a bad tuning database degrades in cached mode, is refused in tun
       CHECK(tuning["tunedb_open"] == false);
       CHECK(tuning["tunedb_errors"] == 1);
       DeviceMemory memory;
-      GemmCase c;
-      c.dtype = GE2_DTYPE_F16;
-      c.m = 96;
-      c.n = 80;
-      c.k = 64;
-      c.has_bias = true;
-      c.act = GE2_ACT_GELU_ERF;
+      const GemmCase c{.dtype = GE2_DTYPE_F16,
+                       .m = 96,
+                       .n = 80,
+                       .k = 64,
+                       .has_bias = true,
+                       .act = GE2_ACT_GELU_ERF};
       const auto r = run_gemm_case(cached.get(), memory, c);
       CHECK(r.error <= 1e-2);
       CHECK(nlohmann::json::parse(r.plan_json)["steps"][0]["kernel"]["algo_source"] == "heuristic");

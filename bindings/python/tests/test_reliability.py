@@ -2,18 +2,11 @@
 TypeError or ge2.InvalidArgumentError (a ValueError) naming it, before the C
 library is called; and a property test of the one-shot call and Plan.execute
 against NumPy on random shapes, strides, layouts and dtypes."""
-import math
-
 import numpy as np
 import pytest
 
 import ge2
-
-
-@pytest.fixture(scope="module")
-def cpu():
-    with ge2.Context(device="cpu", tunedb="") as ctx:
-        yield ctx
+from reference import reference, rel_error
 
 
 @pytest.fixture
@@ -30,28 +23,6 @@ def c_calls(monkeypatch):
             return _real(*args)
         monkeypatch.setattr(ge2._lib, name, spy)
     return calls
-
-
-def reference(a, b, bias, act, trans_a, trans_b, alpha):
-    a64 = np.swapaxes(a, -1, -2).astype(np.float64) if trans_a else a.astype(np.float64)
-    b64 = np.swapaxes(b, -1, -2).astype(np.float64) if trans_b else b.astype(np.float64)
-    d = alpha * (a64 @ b64)
-    if bias is not None:
-        d = d + bias.astype(np.float64)
-    if act == "relu":
-        d = np.maximum(d, 0)
-    elif act == "gelu":
-        d = 0.5 * d * (1.0 + np.vectorize(math.erf)(d / math.sqrt(2.0)))
-    elif act == "gelu_tanh":
-        d = 0.5 * d * (1 + np.tanh(math.sqrt(2 / math.pi) * (d + 0.044715 * d**3)))
-    return d
-
-
-def rel_error(got, want):
-    got = got.astype(np.float64)
-    if not np.all(np.isfinite(got)):
-        return math.inf
-    return np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
 
 
 def stored(rng, logical, dtype, layout):

@@ -1,0 +1,40 @@
+"""The fp64 NumPy oracle the binding's tests share."""
+import math
+
+import numpy as np
+
+
+def gelu_erf(x):
+    return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def reference(a, b, bias, act, trans_a=False, trans_b=False, alpha=1.0):
+    """act(alpha * op(a) @ op(b) + bias) in float64; act None, 'relu', 'gelu' (erf) or 'gelu_tanh'."""
+    a64 = a.astype(np.float64)
+    b64 = b.astype(np.float64)
+    if trans_a:
+        a64 = np.swapaxes(a64, -1, -2)
+    if trans_b:
+        b64 = np.swapaxes(b64, -1, -2)
+    d = alpha * (a64 @ b64)
+    if bias is not None:
+        d = d + bias.astype(np.float64)
+    if act == "relu":
+        d = np.maximum(d, 0)
+    elif act == "gelu":
+        d = gelu_erf(d)
+    elif act == "gelu_tanh":
+        d = gelu_tanh(d)
+    return d
+
+
+def rel_error(got, want):
+    """Relative Frobenius error; +inf when `got` holds a NaN or infinity (poisoned outputs)."""
+    got = got.astype(np.float64)
+    if not np.all(np.isfinite(got)):
+        return math.inf
+    return np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
