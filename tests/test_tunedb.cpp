@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -359,6 +360,11 @@ TEST_CASE("tunedb: new files carry ge2's application id and appear complete or n
   CHECK(sqlite3_column_int64(s, 0) == TuneDb::kApplicationId);
   sqlite3_finalize(s);
   sqlite3_close(raw);
+  // Created with the mode open() would give (0666 less the umask), not mkstemp's 0600.
+  const mode_t mask = umask(022);
+  umask(mask);
+  CHECK((std::filesystem::status(path).permissions() & std::filesystem::perms::all) ==
+        static_cast<std::filesystem::perms>(0666 & ~mask));
   // No temporary file is left beside it.
   int entries = 0;
   for (const auto& entry :

@@ -2,7 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <fcntl.h>
 #include <fmt/ranges.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +13,7 @@
 #include <fstream>
 
 #include "core/error.hpp"
+#include "tunedb/tunedb_path.hpp"
 
 namespace ge2 {
 namespace {
@@ -223,9 +226,16 @@ void TuneDb::create_file() {
   if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), error);
   require(!error, GE2_ERROR_TUNEDB, "tunedb: cannot create directory '{}': {}",
           target.parent_path().string(), error.message());
-  const std::string temporary = fmt::format("{}.new-{}", path_, getpid());
-  std::filesystem::remove(temporary, error);
+  // A fresh, exclusively created name: nothing that already exists is reused or removed.
+  std::string temporary = path_ + ".new-XXXXXX";
+  const int fd = ::mkostemp(temporary.data(), O_CLOEXEC);
+  require(fd >= 0, GE2_ERROR_TUNEDB, "tunedb: cannot create a file beside '{}': {}", path_,
+          std::strerror(errno));
+  const bool mode_set = ::fchmod(fd, new_file_mode()) == 0;
+  ::close(fd);
   try {
+    require(mode_set, GE2_ERROR_TUNEDB, "tunedb: cannot set the mode of '{}': {}", temporary,
+            std::strerror(errno));
     open(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, temporary);
     exec("PRAGMA journal_mode=WAL");
     migrate();

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "tunedb/tunedb_path.hpp"
 
 namespace ge2 {
 namespace {
@@ -130,7 +131,8 @@ std::int64_t export_jsonl(const TuneDb& db, const std::string& path) {
           std::strerror(errno));
   try {
     FileWriter out(fd, path);
-    ::fchmod(fd, 0644);
+    require(::fchmod(fd, new_file_mode()) == 0, GE2_ERROR_TUNEDB,
+            "tunedb: cannot set the mode of '{}': {}", temporary, std::strerror(errno));
     const std::int64_t count = write_rows(db, out);
     out.sync();
     out.close();
