@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "ge_v2_api.h"
+#include "support/reference.hpp"
 
 namespace {
 
@@ -172,19 +173,6 @@ double spread_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const double p10 = v[v.size() / 10], p90 = v[v.size() * 9 / 10];
   return (p90 - p10) / v[v.size() / 2];
-}
-
-double act_ref(ge2_activation_t act, double x) {
-  switch (act) {
-    case GE2_ACT_RELU:
-      return x > 0 ? x : 0;
-    case GE2_ACT_GELU_ERF:
-      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-    case GE2_ACT_GELU_TANH:
-      return 0.5 * x * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-    default:
-      return x;
-  }
 }
 
 // Device buffers of one shape: rotating A/B sets larger than twice the L2, bias, D.
@@ -434,7 +422,7 @@ class Bench {
         acc += a.get(static_cast<std::size_t>((z * s.m + i) * s.k + kk)) *
                b.get(static_cast<std::size_t>((z * s.k + kk) * s.n + j));
       const double want =
-          act_ref(path.act, acc + (path.has_bias ? bias.get(static_cast<std::size_t>(j)) : 0.0));
+          ge2::test::activation_ref(path.act, acc + (path.has_bias ? bias.get(static_cast<std::size_t>(j)) : 0.0));
       const std::size_t index = static_cast<std::size_t>((z * s.m + i) * s.n + j);
       double got;
       if (path.dtype == GE2_DTYPE_F32) {

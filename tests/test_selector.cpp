@@ -95,14 +95,51 @@ TEST_CASE("selector: measured times outrank the model, and forcing is checked") 
                        doctest::Contains("needs bf16"), Error);
 }
 
-TEST_CASE("selector: erf GELU on cuBLASLt costs an extra pass in the estimate") {
+TEST_CASE("selector: activations without a cuBLASLt epilogue cost an extra pass in the estimate") {
   GemmProblem p = problem(DType::F16, 4096, 4096, 4096);
   const double plain =
       candidate(select_gemm_kernel(p, synthetic_h200(), {}), KernelId::LtF16).estimated_us;
-  p.act = Activation::GeluErf;
-  const auto s = select_gemm_kernel(p, synthetic_h200(), {});
-  CHECK(candidate(s, KernelId::LtF16).estimated_us > plain);
-  CHECK(candidate(s, KernelId::LtF16).reason.find("erf-GELU") != std::string::npos);
+  for (Activation act : {Activation::GeluErf, Activation::Silu}) {
+    p.act = act;
+    const auto s = select_gemm_kernel(p, synthetic_h200(), {});
+    CHECK(candidate(s, KernelId::LtF16).estimated_us > plain);
+    CHECK(candidate(s, KernelId::LtF16)
+              .reason.find(std::string("separate ") + activation_name(act) + " pass") !=
+          std::string::npos);
+  }
+  for (Activation act : {Activation::Relu, Activation::GeluTanh}) {  // fused by cuBLASLt
+    p.act = act;
+    const auto s = select_gemm_kernel(p, synthetic_h200(), {});
+    CHECK(candidate(s, KernelId::LtF16).reason.find("separate") == std::string::npos);
+  }
+}
+
+TEST_CASE("activation table: one row per C value, in order; the functors' formulas") {
+  for (std::size_t i = 0; i < std::size(kActivations); ++i) {
+    CHECK(static_cast<std::size_t>(kActivations[i].act) == i);
+    CHECK(is_valid_activation(static_cast<int>(i)));
+  }
+  CHECK_FALSE(is_valid_activation(-1));
+  CHECK_FALSE(is_valid_activation(static_cast<int>(std::size(kActivations))));
+  CHECK(std::string(activation_name(Activation::Silu)) == "silu");
+  // Independent double-precision formulas at points across each function's
+  // range. fp32 evaluation of 1 + erf(x/sqrt(2)) cancels for negative x: the
+  // bound is absolute near 0 and relative to |x| beyond (far below fp16/bf16
+  // output rounding either way).
+  auto near = [](float got, double want, double x) {
+    return std::abs(static_cast<double>(got) - want) <= 1e-6 * std::max(1.0, std::abs(x));
+  };
+  for (double x : {-90.0, -20.0, -3.5, -1.0, -0.25, 0.0, 0.3, 1.0, 2.75, 15.0, 90.0}) {
+    CAPTURE(x);
+    const auto fx = static_cast<float>(x);
+    CHECK(apply_activation(Activation::None, fx) == fx);
+    CHECK(apply_activation(Activation::Relu, fx) == (x > 0 ? fx : 0.0f));
+    CHECK(near(apply_activation(Activation::Silu, fx), x / (1.0 + std::exp(-x)), x));
+    CHECK(near(apply_activation(Activation::GeluErf, fx),
+               0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))), x));
+    CHECK(near(apply_activation(Activation::GeluTanh, fx),
+               0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))), x));
+  }
 }
 
 TEST_CASE(

@@ -1,7 +1,8 @@
 // ge_tune: prebuilds and manages ge2's tuning database.
 //
 //   ge_tune [--db FILE] tune   [--shape MxNxK[xB]]... [--shapes-file F] [--preset FFN]
-//                              [--dtype f16|bf16|f32] [--act none|relu|gelu|gelu_tanh] [--no-bias]
+//                              [--dtype f16|bf16|f32] [--act none|relu|gelu|gelu_tanh|silu]
+//                              [--no-bias]
 //   ge_tune [--db FILE] check  (the same problem options; which algorithm each shape gets)
 //   ge_tune [--db FILE] list   [--kernel K] [--device TEXT]
 //   ge_tune [--db FILE] export --out FILE.jsonl
@@ -174,8 +175,8 @@ int main(int argc, char** argv) {
     sub->add_option("--preset", presets, "ffn:HIDDEN[:TOKENS] (transformer feed-forward shapes)");
     sub->add_option("--dtype", dtype_text, "f16, bf16 or f32")
         ->check(CLI::IsMember({"f16", "bf16", "f32"}));
-    sub->add_option("--act", act_text, "none, relu, gelu (erf) or gelu_tanh")
-        ->check(CLI::IsMember({"none", "relu", "gelu", "gelu_tanh"}));
+    sub->add_option("--act", act_text, "none, relu, gelu (erf), gelu_tanh or silu")
+        ->check(CLI::IsMember({"none", "relu", "gelu", "gelu_tanh", "silu"}));
     sub->add_flag("--no-bias", no_bias, "tune the GEMM without a bias");
   };
   auto* tune = app.add_subcommand("tune", "tune shapes and store the winners");
@@ -238,10 +239,11 @@ int main(int argc, char** argv) {
       const ge2_dtype_t dtype = dtype_text == "f16"    ? GE2_DTYPE_F16
                                 : dtype_text == "bf16" ? GE2_DTYPE_BF16
                                                        : GE2_DTYPE_F32;
-      const ge2_activation_t act = act_text == "none"   ? GE2_ACT_NONE
-                                   : act_text == "relu" ? GE2_ACT_RELU
-                                   : act_text == "gelu" ? GE2_ACT_GELU_ERF
-                                                        : GE2_ACT_GELU_TANH;
+      const ge2_activation_t act = act_text == "none"        ? GE2_ACT_NONE
+                                   : act_text == "relu"      ? GE2_ACT_RELU
+                                   : act_text == "gelu"      ? GE2_ACT_GELU_ERF
+                                   : act_text == "gelu_tanh" ? GE2_ACT_GELU_TANH
+                                                             : GE2_ACT_SILU;
       ge2_context_t* context = open_context(tune->parsed() ? GE2_TUNE_TUNE : GE2_TUNE_CACHED, db);
       const bool terminal = isatty(STDERR_FILENO);
       const auto begin = std::chrono::steady_clock::now();

@@ -1,26 +1,104 @@
-// Activation functions in the exact forms the API documents (host side).
+// Activations: one row per activation in one table, and one functor per
+// activation for host and device code alike (in the style of CUTLASS's
+// epilogue/thread/activation.h), so that each formula exists once. Adding an
+// activation is a C enum value, a functor, a row and its tests.
 #pragma once
 
 #include <cmath>
+#include <cstddef>
+#include <iterator>
 
-#include "ir/graph.hpp"
+#include "ge_v2_api.h"
+
+#ifdef __CUDACC__
+#define GE2_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define GE2_HOST_DEVICE inline
+#endif
 
 namespace ge2 {
 
-inline float apply_activation(Activation act, float x) {
-  switch (act) {
-    case Activation::None:
-      return x;
-    case Activation::Relu:
-      return x > 0.0f ? x : 0.0f;
-    case Activation::GeluErf:
-      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
-    case Activation::GeluTanh: {
-      const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.0f + std::tanh(inner));
-    }
+enum class Activation : int {
+  None = GE2_ACT_NONE,
+  Relu = GE2_ACT_RELU,
+  GeluErf = GE2_ACT_GELU_ERF,
+  GeluTanh = GE2_ACT_GELU_TANH,
+  Silu = GE2_ACT_SILU,
+};
+
+// x
+struct Identity {
+  GE2_HOST_DEVICE float operator()(float x) const { return x; }
+};
+// max(x, 0)
+struct Relu {
+  GE2_HOST_DEVICE float operator()(float x) const { return x > 0.0f ? x : 0.0f; }
+};
+// x * 0.5 * (1 + erf(x / sqrt(2))): torch.nn.GELU()'s default form
+struct GeluErf {
+  GE2_HOST_DEVICE float operator()(float x) const {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
   }
-  return x;
+};
+// x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))): GELU(approximate='tanh')
+struct GeluTanh {
+  GE2_HOST_DEVICE float operator()(float x) const {
+    return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+  }
+};
+// x * sigmoid(x) = x / (1 + exp(-x)): torch.nn.SiLU(). For x < -88 exp(-x) is
+// inf and the quotient -0, the limit.
+struct Silu {
+  GE2_HOST_DEVICE float operator()(float x) const { return x / (1.0f + expf(-x)); }
+};
+
+// act(x): the one dispatch from the enum to the functors.
+GE2_HOST_DEVICE float apply_activation(Activation act, float x) {
+  switch (act) {
+    case Activation::Relu:
+      return Relu{}(x);
+    case Activation::GeluErf:
+      return GeluErf{}(x);
+    case Activation::GeluTanh:
+      return GeluTanh{}(x);
+    case Activation::Silu:
+      return Silu{}(x);
+    case Activation::None:
+      break;
+  }
+  return Identity{}(x);
 }
+
+// Which cuBLASLt epilogue family computes an activation in the GEMM (with or
+// without bias); kNone: cuBLASLt has none and a separate pass over D runs it.
+enum class LtEpilogue { kIdentity, kRelu, kGeluTanh, kNone };
+
+struct ActivationInfo {
+  Activation act;
+  const char* name;  // in plans, tuning keys, messages, the Python binding
+  LtEpilogue cublaslt;
+};
+
+inline constexpr ActivationInfo kActivations[] = {
+    {Activation::None, "none", LtEpilogue::kIdentity},
+    {Activation::Relu, "relu", LtEpilogue::kRelu},
+    {Activation::GeluErf, "gelu_erf", LtEpilogue::kNone},  // cuBLASLt's GELU is the tanh form
+    {Activation::GeluTanh, "gelu_tanh", LtEpilogue::kGeluTanh},
+    {Activation::Silu, "silu", LtEpilogue::kNone},
+};
+// The rows are indexed by the C value: 0, 1, 2, ... without gaps.
+static_assert(std::size(kActivations) == GE2_ACT_SILU + 1, "one row per ge2_activation_t value");
+
+// Whether a C caller's int names an activation.
+constexpr bool is_valid_activation(int value) {
+  return value >= 0 && static_cast<std::size_t>(value) < std::size(kActivations);
+}
+
+// The row of a valid activation.
+constexpr const ActivationInfo& activation_info(Activation act) {
+  return kActivations[static_cast<std::size_t>(act)];
+}
+
+inline const char* activation_name(Activation act) { return activation_info(act).name; }
 
 }  // namespace ge2

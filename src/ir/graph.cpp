@@ -5,22 +5,6 @@
 
 namespace ge2 {
 
-bool is_valid_activation(int value) { return value >= GE2_ACT_NONE && value <= GE2_ACT_GELU_TANH; }
-
-const char* activation_name(Activation act) {
-  switch (act) {
-    case Activation::None:
-      return "none";
-    case Activation::Relu:
-      return "relu";
-    case Activation::GeluErf:
-      return "gelu_erf";
-    case Activation::GeluTanh:
-      return "gelu_tanh";
-  }
-  return "?";
-}
-
 const char* op_kind_name(OpKind kind) {
   switch (kind) {
     case OpKind::Input:

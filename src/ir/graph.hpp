@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/activation.hpp"
 #include "core/tensor_type.hpp"
 
 namespace ge2 {
@@ -15,15 +16,6 @@ inline constexpr ValueId kNoValue = -1;
 
 enum class OpKind { Input, Gemm, BiasAdd, Activation, GemmBiasAct };
 
-enum class Activation : int {
-  None = GE2_ACT_NONE,
-  Relu = GE2_ACT_RELU,
-  GeluErf = GE2_ACT_GELU_ERF,
-  GeluTanh = GE2_ACT_GELU_TANH
-};
-
-bool is_valid_activation(int value);
-const char* activation_name(Activation act);
 const char* op_kind_name(OpKind kind);
 
 struct GemmAttrs {

@@ -113,11 +113,11 @@ double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& devi
   const double bandwidth = device.memory_bandwidth_gbs > 0 ? device.memory_bandwidth_gbs : 100.0;
   const double memory_us = p.min_bytes() / (bandwidth * 1e3 * model.bandwidth_fraction);
   double total = model.launch_us + std::max(compute_us, memory_us);
-  if (is_cublaslt_kernel(kernel) && p.act == Activation::GeluErf) {
-    // cuBLASLt's GELU epilogue is the tanh form: erf GELU costs one more pass over D.
+  if (is_cublaslt_kernel(kernel) && activation_info(p.act).cublaslt == LtEpilogue::kNone) {
+    // No cuBLASLt epilogue computes it (erf GELU, SiLU): one more pass over D.
     const double d_bytes = 2.0 * static_cast<double>(p.m) * p.n * p.batch * dtype_size(p.dtype);
     total += 3.0 + d_bytes / (bandwidth * 1e3 * 0.8);
-    basis += ", + separate erf-GELU pass";
+    basis += fmt::format(", + separate {} pass", activation_name(p.act));
   }
   return total;
 }

@@ -43,7 +43,7 @@ class Bytes {
 
 ge2_tensor_desc_t read_desc(Bytes& in) {
   ge2_tensor_desc_t d{};
-  raw_set_dtype(&d, in.enum_value(4));
+  raw_set_dtype(&d, in.enum_value(5));
   d.rank = static_cast<int32_t>(in.u8() % 5);
   for (int i = 0; i < 3; ++i) d.shape[i] = in.size();
   if (in.u8() % 4 == 0)
@@ -121,7 +121,7 @@ void one_shot(ge2_context_t* context, Bytes& in) {
   p.lda = in.u8() % 4 == 0 ? in.size() : 0;
   p.ldd = in.u8() % 4 == 0 ? in.size() : 0;
   const int dtype = in.u8() < 240 ? 1 + in.u8() % 3 : in.i32();
-  raw_set_params_enums(&p, dtype, in.enum_value(4));
+  raw_set_params_enums(&p, dtype, in.enum_value(5));
   p.has_bias = in.u8() % 2;
   // Buffers sized for the largest valid case of these parameters, or skipped.
   if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.lda < 0 || p.ldd < 0 || dtype < 1 ||
@@ -211,13 +211,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         break;
       case 4: {
         const ge2_value_t x = pick();
-        status = raw_graph_add_activation(graph, x, in.enum_value(4), &out);
+        status = raw_graph_add_activation(graph, x, in.enum_value(5), &out);
         break;
       }
       case 5: {
         const ge2_value_t a = pick(), b = pick();
         const ge2_value_t bias = in.u8() % 2 ? pick() : GE2_NO_VALUE;
-        status = raw_graph_add_gemm_bias_act(graph, a, b, bias, in.enum_value(4), &out);
+        status = raw_graph_add_gemm_bias_act(graph, a, b, bias, in.enum_value(5), &out);
         break;
       }
       case 6: {

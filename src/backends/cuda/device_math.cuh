@@ -1,10 +1,10 @@
-// Device-side element conversion and activations, matching core/activation.hpp.
+// Device-side element conversion; activations come from core/activation.hpp.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "ir/graph.hpp"
+#include "core/activation.hpp"
 
 namespace ge2::cuda {
 
@@ -38,17 +38,9 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
+// Kernel parameter blocks carry the activation as its C value.
 __device__ __forceinline__ float activate(int act, float x) {
-  switch (act) {
-    case static_cast<int>(Activation::Relu):
-      return fmaxf(x, 0.0f);
-    case static_cast<int>(Activation::GeluErf):
-      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case static_cast<int>(Activation::GeluTanh):
-      return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-    default:
-      return x;
-  }
+  return apply_activation(static_cast<Activation>(act), x);
 }
 
 // act(x + bias) on each element of one 16-byte vector; bias only with has_bias.

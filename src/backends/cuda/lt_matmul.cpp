@@ -67,25 +67,25 @@ struct EpilogueChoice {
 };
 
 EpilogueChoice choose_epilogue(bool bias, Activation act) {
-  switch (act) {
-    case Activation::None:
-      return bias ? EpilogueChoice{CUBLASLT_EPILOGUE_BIAS, "CUBLASLT_EPILOGUE_BIAS", false}
-                  : EpilogueChoice{CUBLASLT_EPILOGUE_DEFAULT, "CUBLASLT_EPILOGUE_DEFAULT", false};
-    case Activation::Relu:
+  switch (activation_info(act).cublaslt) {
+    case LtEpilogue::kRelu:
       return bias
                  ? EpilogueChoice{CUBLASLT_EPILOGUE_RELU_BIAS, "CUBLASLT_EPILOGUE_RELU_BIAS", false}
                  : EpilogueChoice{CUBLASLT_EPILOGUE_RELU, "CUBLASLT_EPILOGUE_RELU", false};
-    case Activation::GeluTanh:
+    case LtEpilogue::kGeluTanh:
       return bias
                  ? EpilogueChoice{CUBLASLT_EPILOGUE_GELU_BIAS, "CUBLASLT_EPILOGUE_GELU_BIAS", false}
                  : EpilogueChoice{CUBLASLT_EPILOGUE_GELU, "CUBLASLT_EPILOGUE_GELU", false};
-    case Activation::GeluErf:
-      // cuBLASLt's GELU is the tanh form; the bias stays in the epilogue and the
-      // erf activation runs as one vectorised pass over D afterwards.
-      return bias ? EpilogueChoice{CUBLASLT_EPILOGUE_BIAS, "CUBLASLT_EPILOGUE_BIAS", true}
-                  : EpilogueChoice{CUBLASLT_EPILOGUE_DEFAULT, "CUBLASLT_EPILOGUE_DEFAULT", true};
+    case LtEpilogue::kIdentity:
+    case LtEpilogue::kNone:
+      break;
   }
-  return {CUBLASLT_EPILOGUE_DEFAULT, "CUBLASLT_EPILOGUE_DEFAULT", false};
+  // No activation, or one cuBLASLt has no epilogue for (erf GELU, SiLU): the
+  // bias stays in the epilogue and the activation runs as one vectorised pass
+  // over D afterwards.
+  const bool separate = activation_info(act).cublaslt == LtEpilogue::kNone;
+  return bias ? EpilogueChoice{CUBLASLT_EPILOGUE_BIAS, "CUBLASLT_EPILOGUE_BIAS", separate}
+              : EpilogueChoice{CUBLASLT_EPILOGUE_DEFAULT, "CUBLASLT_EPILOGUE_DEFAULT", separate};
 }
 
 }  // namespace
