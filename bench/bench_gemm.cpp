@@ -421,8 +421,8 @@ class Bench {
       for (std::int64_t kk = 0; kk < s.k; ++kk)
         acc += a.get(static_cast<std::size_t>((z * s.m + i) * s.k + kk)) *
                b.get(static_cast<std::size_t>((z * s.k + kk) * s.n + j));
-      const double want =
-          ge2::test::activation_ref(path.act, acc + (path.has_bias ? bias.get(static_cast<std::size_t>(j)) : 0.0));
+      const double want = ge2::test::activation_ref(
+          path.act, acc + (path.has_bias ? bias.get(static_cast<std::size_t>(j)) : 0.0));
       const std::size_t index = static_cast<std::size_t>((z * s.m + i) * s.n + j);
       double got;
       if (path.dtype == GE2_DTYPE_F32) {
