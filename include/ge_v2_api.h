@@ -138,6 +138,13 @@ typedef enum ge2_activation {
   GE2_ACT_MAX_ENUM = 0x7fffffff /* not a value: keeps the enum 32 bits wide */
 } ge2_activation_t;
 
+/* Binary elementwise operations (added in 2.2). */
+typedef enum ge2_elementwise_op {
+  GE2_ELEMENTWISE_ADD = 1,              /* a + b */
+  GE2_ELEMENTWISE_MUL = 2,              /* a * b */
+  GE2_ELEMENTWISE_MAX_ENUM = 0x7fffffff /* not a value: keeps the enum 32 bits wide */
+} ge2_elementwise_op_t;
+
 /* Which backend a context runs on. */
 typedef enum ge2_device_kind {
   GE2_DEVICE_AUTO = 0,             /* CUDA when a usable device exists, else the CPU backend */
@@ -300,6 +307,17 @@ GE2_API ge2_status_t ge2_graph_add_bias(ge2_graph_t* graph, ge2_value_t x, ge2_v
 /* ge2_graph_add_activation: out = act(x), elementwise. */
 GE2_API ge2_status_t ge2_graph_add_activation(ge2_graph_t* graph, ge2_value_t x,
                                               ge2_activation_t act, ge2_value_t* out);
+
+/*
+** ge2_graph_add_elementwise: out = a (op) b, elementwise, in fp32 arithmetic.
+** a has rank 2 or 3; b has a's dtype and either a's shape or a trailing part
+** of it, which is broadcast over the leading dimensions: [N] over [M, N] or
+** [B, M, N], [M, N] over [B, M, N]. The result has a's shape. A residual add
+** after a GEMM (y = x + gemm(...)) is fused into the GEMM as its C operand
+** (beta = 1) when the compile option fuse is on. (Added in 2.2.)
+*/
+GE2_API ge2_status_t ge2_graph_add_elementwise(ge2_graph_t* graph, ge2_elementwise_op_t op,
+                                               ge2_value_t a, ge2_value_t b, ge2_value_t* out);
 
 /*
 ** ge2_graph_add_gemm_bias_act: out = act(alpha * op(a) * op(b) + bias), the

@@ -148,6 +148,26 @@ ge2_status_t ge2_graph_add_activation(ge2_graph_t* graph, ge2_value_t x, ge2_act
   });
 }
 
+ge2_status_t ge2_graph_add_elementwise(ge2_graph_t* graph, ge2_elementwise_op_t op, ge2_value_t a,
+                                       ge2_value_t b, ge2_value_t* out) {
+  return guarded(__func__, [&](const char* f) {
+    GraphWriteLock lock(graph, f);
+    const int raw_op = raw_enum(op);
+    require(raw_op == GE2_ELEMENTWISE_ADD || raw_op == GE2_ELEMENTWISE_MUL,
+            GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'op' = {} is not a ge2_elementwise_op_t (GE2_ELEMENTWISE_ADD = 1, "
+            "GE2_ELEMENTWISE_MUL = 2)",
+            f, raw_op);
+    check_value(graph->graph, a, f, "a");
+    check_value(graph->graph, b, f, "b");
+    Node node;
+    node.kind = raw_op == GE2_ELEMENTWISE_ADD ? OpKind::Add : OpKind::Mul;
+    node.x = a;
+    node.y = b;
+    append(graph->graph, std::move(node), f, out);
+  });
+}
+
 ge2_status_t ge2_graph_add_gemm_bias_act(ge2_graph_t* graph, ge2_value_t a, ge2_value_t b,
                                          ge2_value_t bias, const ge2_gemm_attrs_t* attrs,
                                          ge2_activation_t act, ge2_value_t* out) {

@@ -147,6 +147,14 @@ TensorType tensor_type_from_desc(const ge2_tensor_desc_t& desc, const std::strin
   return type;
 }
 
+TensorType broadcast_to(const TensorType& type, const TensorType& target) {
+  TensorType view = target;
+  view.dtype = type.dtype;
+  const int offset = target.rank - type.rank;
+  for (int i = 0; i < target.rank; ++i) view.strides[i] = i < offset ? 0 : type.strides[i - offset];
+  return view;
+}
+
 MatrixView matrix_view(const TensorType& type) {
   MatrixView view;
   const int r = type.rank;

@@ -38,6 +38,10 @@ TensorType tensor_type_from_desc(const ge2_tensor_desc_t& desc, const std::strin
 // Throws GE2_ERROR_INVALID_ARGUMENT if the strides address one element twice.
 void check_strides_do_not_overlap(const TensorType& type, const std::string& where);
 
+// `type` seen with `target`'s shape, for a type whose shape is a trailing part
+// of target's: the leading dimensions it is broadcast over get stride 0.
+TensorType broadcast_to(const TensorType& type, const TensorType& target);
+
 // A rank-2 or rank-3 tensor seen as a batch of matrices.
 struct MatrixView {
   std::int64_t batch = 1, rows = 0, cols = 0;

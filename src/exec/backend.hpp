@@ -18,7 +18,7 @@ struct GemmSlots {
   int a = -1, b = -1, c = -1, bias = -1, d = -1;
 };
 struct ElementwiseSlots {
-  int x = -1, bias = -1, out = -1;
+  int x = -1, bias = -1, out = -1, y = -1;
 };
 
 // Memory a plan owns for one intermediate value.

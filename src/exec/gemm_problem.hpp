@@ -35,9 +35,15 @@ struct GemmProblem {
 // `storage[v]` is the memory layout of value v (inputs and outputs may be strided).
 GemmProblem make_gemm_problem(const Node& node, const std::vector<TensorType>& storage, ValueId d);
 
-// An elementwise step: out = act(x + bias) with bias optional.
+// How an elementwise step combines x with a second operand y.
+enum class Combine { None, Add, Mul };
+
+// An elementwise step: out = act(combine(x, y) + bias), y and bias optional.
+// y is seen with x's shape: its strides are 0 along the dimensions it is broadcast over.
 struct ElementwiseProblem {
   TensorType x, out;
+  Combine combine = Combine::None;
+  TensorType y;
   bool has_bias = false;
   std::int64_t bias_stride = 1;
   Activation act = Activation::None;

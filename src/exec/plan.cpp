@@ -57,6 +57,38 @@ nlohmann::json selection_json(const Selection& selection) {
           {"candidates", candidates}};
 }
 
+// The elementwise step of a bias add, an activation, an add or a multiply. A
+// kind without a step here is a compile error, never a silent substitute.
+ElementwiseProblem elementwise_problem(const Node& node, const std::vector<TensorType>& storage,
+                                       ValueId id) {
+  auto type_of = [&](ValueId v) -> const TensorType& {
+    return storage[static_cast<std::size_t>(v)];
+  };
+  ElementwiseProblem problem;
+  problem.x = type_of(node.x);
+  problem.out = type_of(id);
+  switch (node.kind) {
+    case OpKind::BiasAdd:
+      problem.has_bias = true;
+      problem.bias_stride = type_of(node.bias).strides[0];
+      return problem;
+    case OpKind::Activation:
+      problem.act = node.act;
+      return problem;
+    case OpKind::Add:
+    case OpKind::Mul:
+      problem.combine = node.kind == OpKind::Add ? Combine::Add : Combine::Mul;
+      problem.y = broadcast_to(type_of(node.y), problem.x);
+      return problem;
+    case OpKind::Input:
+    case OpKind::Gemm:
+    case OpKind::GemmBiasAct:
+      break;
+  }
+  fail(GE2_ERROR_INTERNAL, "ge2_plan_compile: node {} ({}) has no elementwise step", id,
+       op_kind_name(node.kind));
+}
+
 }  // namespace
 
 std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph graph,
@@ -145,15 +177,9 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
       step_json["problem"] = problem_json(problem);
       step_json["selection"] = selection_json(selection);
     } else {
-      ElementwiseProblem problem;
-      problem.x = storage[static_cast<std::size_t>(node.x)];
-      problem.out = storage[static_cast<std::size_t>(id)];
-      problem.has_bias = node.kind == OpKind::BiasAdd;
-      if (problem.has_bias)
-        problem.bias_stride = storage[static_cast<std::size_t>(node.bias)].strides[0];
-      problem.act = node.kind == OpKind::Activation ? node.act : Activation::None;
-      plan->steps_.push_back(
-          backend.make_elementwise(problem, {slot_for(node.x), slot_for(node.bias), slot}));
+      const ElementwiseProblem problem = elementwise_problem(node, storage, id);
+      plan->steps_.push_back(backend.make_elementwise(
+          problem, {slot_for(node.x), slot_for(node.bias), slot, slot_for(node.y)}));
       step_json["activation"] = activation_name(problem.act);
     }
     step_json["kernel"] = plan->steps_.back()->describe();

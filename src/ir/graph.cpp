@@ -17,13 +17,17 @@ const char* op_kind_name(OpKind kind) {
       return "activation";
     case OpKind::GemmBiasAct:
       return "gemm_bias_act";
+    case OpKind::Add:
+      return "add";
+    case OpKind::Mul:
+      return "mul";
   }
   return "?";
 }
 
 std::vector<ValueId> Node::operands() const {
   std::vector<ValueId> ids;
-  for (ValueId id : {a, b, c, x, bias})
+  for (ValueId id : {a, b, c, x, y, bias})
     if (id != kNoValue) ids.push_back(id);
   return ids;
 }
@@ -120,6 +124,22 @@ TensorType infer_elementwise(const Graph& graph, const Node& node, const std::st
   return TensorType::dense(x.dtype, x.rank, x.shape);
 }
 
+// out = x (op) y with y's shape a trailing part of x's, broadcast over the rest.
+TensorType infer_binary(const Graph& graph, const Node& node, const std::string& where) {
+  const TensorType& x = operand_type(graph, node.x, "a", where);
+  const TensorType& y = operand_type(graph, node.y, "b", where);
+  require(x.rank >= 2, GE2_ERROR_SHAPE_MISMATCH, "{}: argument 'a': rank {} must be 2 or 3 ({})",
+          where, x.rank, x.shape_string());
+  require_same_dtype(x, y, "b", where);
+  bool trailing = y.rank <= x.rank;
+  for (int i = 1; trailing && i <= y.rank; ++i)
+    trailing = y.shape[y.rank - i] == x.shape[x.rank - i];
+  require(trailing, GE2_ERROR_SHAPE_MISMATCH,
+          "{}: argument 'b': shape {} is neither a's shape {} nor a trailing part of it", where,
+          y.shape_string(), x.shape_string());
+  return TensorType::dense(x.dtype, x.rank, x.shape);
+}
+
 }  // namespace
 
 TensorType infer_node_type(const Graph& graph, const Node& node, const std::string& where) {
@@ -132,6 +152,9 @@ TensorType infer_node_type(const Graph& graph, const Node& node, const std::stri
     case OpKind::BiasAdd:
     case OpKind::Activation:
       return infer_elementwise(graph, node, where);
+    case OpKind::Add:
+    case OpKind::Mul:
+      return infer_binary(graph, node, where);
   }
   fail(GE2_ERROR_INTERNAL, "{}: unknown op kind {}", where, static_cast<int>(node.kind));
 }

@@ -14,7 +14,7 @@ namespace ge2 {
 using ValueId = int;
 inline constexpr ValueId kNoValue = -1;
 
-enum class OpKind { Input, Gemm, BiasAdd, Activation, GemmBiasAct };
+enum class OpKind { Input, Gemm, BiasAdd, Activation, GemmBiasAct, Add, Mul };
 
 const char* op_kind_name(OpKind kind);
 
@@ -29,7 +29,8 @@ struct Node {
   OpKind kind = OpKind::Input;
   // Operands by role; unused roles hold kNoValue.
   ValueId a = kNoValue, b = kNoValue, c = kNoValue;  // GEMM family
-  ValueId x = kNoValue;                              // BiasAdd, Activation
+  ValueId x = kNoValue;                              // BiasAdd, Activation, Add, Mul
+  ValueId y = kNoValue;                              // Add, Mul (broadcast over x)
   ValueId bias = kNoValue;                           // BiasAdd, GemmBiasAct
   GemmAttrs gemm;
   Activation act = Activation::None;

@@ -27,6 +27,22 @@ void absorb_gemm(Node& consumer, Node& producer, ValueId producer_id) {
   producer.live = false;
 }
 
+// For out = a + b: the operand that is a GEMM without activation and without C,
+// read only here, whose result the other operand matches in dtype and shape
+// (no broadcast). Its GEMM can take the other operand as C with beta = 1:
+// D = alpha*AB + bias + residual in one cuBLASLt epilogue.
+ValueId residual_gemm_operand(Graph& graph, const Node& add) {
+  for (const auto [gemm_id, residual] : {std::pair{add.x, add.y}, std::pair{add.y, add.x}}) {
+    const Node& gemm = graph.node(gemm_id);
+    if (!gemm.live || !gemm.is_gemm_family() || gemm.act != Activation::None ||
+        gemm.c != kNoValue || graph.use_count(gemm_id) != 1 || residual == gemm_id)
+      continue;
+    const TensorType& r = graph.node(residual).type;
+    if (r.dtype == gemm.type.dtype && r.same_shape(gemm.type)) return gemm_id;
+  }
+  return kNoValue;
+}
+
 }  // namespace
 
 void FusionPass::run(Graph& graph, PassLog& log) const {
@@ -48,6 +64,21 @@ void FusionPass::run(Graph& graph, PassLog& log) const {
                                       op_kind_name(gemm->kind), node.x, activation_name(node.act),
                                       id, id));
       absorb_gemm(node, *gemm, node.x);
+    } else if (node.kind == OpKind::Add) {
+      const ValueId gemm_id = residual_gemm_operand(graph, node);
+      if (gemm_id == kNoValue) continue;
+      const ValueId residual = node.x == gemm_id ? node.y : node.x;
+      Node& gemm = graph.node(gemm_id);
+      log.notes.push_back(
+          fmt::format("fused {} #{} + add #{} into gemm_bias_act #{} (residual #{} as C, beta 1)",
+                      op_kind_name(gemm.kind), gemm_id, id, id, residual));
+      node.x = gemm_id;
+      node.y = kNoValue;
+      absorb_gemm(node, gemm, gemm_id);
+      node.bias = gemm.bias;
+      node.act = Activation::None;
+      node.c = residual;
+      node.gemm.beta = 1.0f;
     }
   }
 }

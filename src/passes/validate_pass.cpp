@@ -33,6 +33,11 @@ void ValidatePass::run(Graph& graph, PassLog&) const {
       case OpKind::Activation:
         require(node.x != kNoValue, GE2_ERROR_INVALID_ARGUMENT, "{}: an activation needs x", where);
         break;
+      case OpKind::Add:
+      case OpKind::Mul:
+        require(node.x != kNoValue && node.y != kNoValue, GE2_ERROR_INVALID_ARGUMENT,
+                "{}: an elementwise {} needs operands a and b", where, op_kind_name(node.kind));
+        break;
     }
     require(is_valid_activation(static_cast<int>(node.act)), GE2_ERROR_INVALID_ARGUMENT,
             "{}: unknown activation {}", where, static_cast<int>(node.act));

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <iterator>
 #include <vector>
 
 namespace ge2::test {
@@ -56,7 +57,8 @@ std::unique_ptr<Memory> host_memory() { return std::make_unique<HostMemory>(); }
 
 std::string GemmCase::label() const {
   static const char* dtypes[] = {"?", "f16", "bf16", "f32"};
-  static const char* acts[] = {"none", "relu", "gelu_erf", "gelu_tanh"};
+  static const char* acts[] = {"none", "relu", "gelu_erf", "gelu_tanh", "silu"};
+  static_assert(std::size(acts) == GE2_ACT_SILU + 1);
   return fmt::format("{} {}x{}x{}x{} ta={} tb={} bias={} act={} {}{}{}{}", dtypes[dtype], batch, m,
                      n, k, trans_a, trans_b, has_bias, acts[act],
                      fused_node ? "fused-node" : "chain",
@@ -183,6 +185,119 @@ GemmResult run_gemm_case(ge2_context_t* context, Memory& memory, const GemmCase&
   const char* json = nullptr;
   GE2_CHECK(ge2_plan_describe(plan.get(), &json));
   return {relative_error(d, expected), json, padding_changed(d)};
+}
+
+std::string FfnCase::label() const {
+  static const char* dtypes[] = {"?", "f16", "bf16", "f32"};
+  return fmt::format("{} {} tokens={} hidden={} intermediate={}{}{}", dtypes[dtype],
+                     kind == FfnKind::GeluMlp ? "gelu-mlp" : "swiglu", tokens, hidden, intermediate,
+                     residual ? " +residual" : "", fuse ? " fused" : " unfused");
+}
+
+GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c) {
+  INFO(c.label());
+  const std::int64_t t = c.tokens, h = c.hidden, i_size = c.intermediate;
+  const bool gelu = c.kind == FfnKind::GeluMlp;
+  // Weights scaled by 1/sqrt(fan_in), as nn.Linear initialises them: activations stay O(1).
+  auto weight = [&](std::int64_t out, std::int64_t in) {
+    HostTensor w = make_tensor(c.dtype, {out, in});
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    fill_random(w, -bound, bound);
+    return w;
+  };
+  HostTensor x = make_tensor(c.dtype, {t, h});
+  fill_random(x);
+  HostTensor w1 = weight(i_size, h);  // W1 (GELU) or W_gate (SwiGLU)
+  HostTensor w3 = weight(i_size, h);  // W_up (SwiGLU only)
+  HostTensor w2 = weight(h, i_size);  // W2 or W_down
+  HostTensor b1 = make_tensor(c.dtype, {i_size}), b2 = make_tensor(c.dtype, {h});
+  fill_random(b1);
+  fill_random(b2);
+  HostTensor y = make_tensor(c.dtype, {t, h});
+  poison(y);
+
+  GraphPtr graph = make_graph();
+  ge2_gemm_attrs_t linear;  // x * W^T
+  GE2_CHECK(ge2_gemm_attrs_init(&linear));
+  linear.trans_b = 1;
+  auto input = [&](const char* name, const HostTensor& tensor) {
+    const ge2_tensor_desc_t desc = tensor.desc();
+    ge2_value_t v;
+    GE2_CHECK(ge2_graph_add_input(graph.get(), name, &desc, &v));
+    return v;
+  };
+  auto gemm = [&](ge2_value_t a, ge2_value_t w) {
+    ge2_value_t v;
+    GE2_CHECK(ge2_graph_add_gemm(graph.get(), a, w, GE2_NO_VALUE, &linear, &v));
+    return v;
+  };
+  const ge2_value_t vx = input("x", x), vw1 = input("w1", w1), vw2 = input("w2", w2);
+  ge2_value_t hidden_value, out;
+  if (gelu) {
+    const ge2_value_t vb1 = input("b1", b1), vb2 = input("b2", b2);
+    GE2_CHECK(ge2_graph_add_bias(graph.get(), gemm(vx, vw1), vb1, &hidden_value));
+    GE2_CHECK(ge2_graph_add_activation(graph.get(), hidden_value, GE2_ACT_GELU_ERF, &hidden_value));
+    GE2_CHECK(ge2_graph_add_bias(graph.get(), gemm(hidden_value, vw2), vb2, &out));
+  } else {
+    const ge2_value_t vw3 = input("w3", w3);
+    ge2_value_t gate;
+    GE2_CHECK(ge2_graph_add_activation(graph.get(), gemm(vx, vw1), GE2_ACT_SILU, &gate));
+    GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_MUL, gate, gemm(vx, vw3),
+                                        &hidden_value));
+    out = gemm(hidden_value, vw2);
+  }
+  if (c.residual)
+    GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_ADD, out, vx, &out));
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), out, "y", nullptr));
+  ge2_compile_options_t options;
+  GE2_CHECK(ge2_compile_options_init(&options));
+  options.fuse = c.fuse;
+  ge2_plan_t* raw_plan = nullptr;
+  GE2_CHECK(ge2_plan_compile(context, graph.get(), &options, &raw_plan));
+  PlanPtr plan(raw_plan);
+
+  std::vector<ge2_binding_t> bindings{{"x", memory.upload(x)},
+                                      {"w1", memory.upload(w1)},
+                                      {"w2", memory.upload(w2)},
+                                      {"y", memory.upload(y)}};
+  if (gelu) {
+    bindings.push_back({"b1", memory.upload(b1)});
+    bindings.push_back({"b2", memory.upload(b2)});
+  } else {
+    bindings.push_back({"w3", memory.upload(w3)});
+  }
+  GE2_CHECK(ge2_plan_execute(plan.get(), bindings.data(), bindings.size(), memory.stream()));
+  memory.download(bindings[3].data, y);
+
+  // fp64 reference, with nothing rounded in between.
+  std::vector<double> hid(static_cast<std::size_t>(t * i_size)),
+      ref(static_cast<std::size_t>(t * h));
+  auto dot = [&](const HostTensor& a, std::int64_t row, const HostTensor& w, std::int64_t w_row,
+                 std::int64_t n) {
+    double sum = 0;
+    for (std::int64_t k = 0; k < n; ++k)
+      sum += a.get(a.offset(0, row, k)) * w.get(w.offset(0, w_row, k));
+    return sum;
+  };
+  for (std::int64_t r = 0; r < t; ++r)
+    for (std::int64_t j = 0; j < i_size; ++j)
+      hid[static_cast<std::size_t>(r * i_size + j)] =
+          gelu ? activation_ref(GE2_ACT_GELU_ERF, dot(x, r, w1, j, h) + b1.get(j))
+               : activation_ref(GE2_ACT_SILU, dot(x, r, w1, j, h)) * dot(x, r, w3, j, h);
+  for (std::int64_t r = 0; r < t; ++r)
+    for (std::int64_t j = 0; j < h; ++j) {
+      double sum = gelu ? b2.get(j) : 0.0;
+      for (std::int64_t k = 0; k < i_size; ++k)
+        sum += hid[static_cast<std::size_t>(r * i_size + k)] * w2.get(w2.offset(0, j, k));
+      ref[static_cast<std::size_t>(r * h + j)] =
+          sum + (c.residual ? x.get(x.offset(0, r, j)) : 0.0);
+    }
+  GemmResult result;
+  result.error = relative_error(y, ref);
+  const char* text = nullptr;
+  GE2_CHECK(ge2_plan_describe(plan.get(), &text));
+  result.plan_json = text;
+  return result;
 }
 
 }  // namespace ge2::test

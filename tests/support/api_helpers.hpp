@@ -72,6 +72,23 @@ struct GemmResult {
   std::int64_t padding_changed = 0;
 };
 
+// A transformer feed-forward block in PyTorch's nn.Linear layout (weights
+// [out, in], so every GEMM is x * W^T), with an optional residual:
+//   GeluMlp: y = W2 gelu_erf(W1 x + b1) + b2 (+ x)
+//   SwiGlu:  y = Wd (silu(Wg x) * (Wu x))    (+ x)
+enum class FfnKind { GeluMlp, SwiGlu };
+struct FfnCase {
+  ge2_dtype_t dtype = GE2_DTYPE_F32;
+  FfnKind kind = FfnKind::GeluMlp;
+  std::int64_t tokens = 1, hidden = 8, intermediate = 16;
+  bool residual = true;
+  bool fuse = true;
+  std::string label() const;
+};
+// Builds, compiles and runs the block on fresh random data; returns the
+// relative error of y against an fp64 reference (GemmResult's fields).
+GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c);
+
 // Compiles (without fusion) a graph whose [2^20, cols] f32 intermediate is far
 // too large for any memory: an out-of-memory path that must end in a status.
 ge2_status_t compile_with_huge_intermediate(ge2_context_t* context, std::int64_t cols,

@@ -10,6 +10,11 @@ ge2_status_t raw_graph_add_gemm_bias_act(ge2_graph_t* graph, ge2_value_t a, ge2_
   return ge2_graph_add_gemm_bias_act(graph, a, b, bias, NULL, (ge2_activation_t)act, out);
 }
 
+ge2_status_t raw_graph_add_elementwise(ge2_graph_t* graph, int op, ge2_value_t a, ge2_value_t b,
+                                       ge2_value_t* out) {
+  return ge2_graph_add_elementwise(graph, (ge2_elementwise_op_t)op, a, b, out);
+}
+
 const char* raw_status_string(int status) { return ge2_status_string((ge2_status_t)status); }
 
 void raw_set_device(ge2_context_options_t* options, int device) {

@@ -16,6 +16,8 @@ extern "C" {
 ge2_status_t raw_graph_add_activation(ge2_graph_t* graph, ge2_value_t x, int act, ge2_value_t* out);
 ge2_status_t raw_graph_add_gemm_bias_act(ge2_graph_t* graph, ge2_value_t a, ge2_value_t b,
                                          ge2_value_t bias, int act, ge2_value_t* out);
+ge2_status_t raw_graph_add_elementwise(ge2_graph_t* graph, int op, ge2_value_t a, ge2_value_t b,
+                                       ge2_value_t* out);
 const char* raw_status_string(int status);
 /* Sets options->device, ->tune_mode, a tensor's dtype or a parameter block's
    dtype / activation to any int. */

@@ -191,6 +191,21 @@ class Graph:
                                              ctypes.byref(out)))
         return Value(out.value)
 
+    def _elementwise(self, op: int, a, b, function: str) -> Value:
+        out = ctypes.c_int32()
+        _check(_lib.ge2_graph_add_elementwise(self._handle, op, _value(a, "a", function), _value(b, "b", function),
+                                              ctypes.byref(out)))
+        return Value(out.value)
+
+    def add(self, a, b) -> Value:
+        """a + b; b has a's shape or a trailing part of it (broadcast). A residual add after a
+        GEMM is fused into the GEMM (C operand, beta 1) when the plan is compiled with fuse=True."""
+        return self._elementwise(_capi.ELEMENTWISE_ADD, a, b, "ge2.Graph.add")
+
+    def mul(self, a, b) -> Value:
+        """a * b, elementwise; b has a's shape or a trailing part of it (broadcast)."""
+        return self._elementwise(_capi.ELEMENTWISE_MUL, a, b, "ge2.Graph.mul")
+
     def gemm_bias_act(self, a, b, bias=None, act=None, trans_a=False, trans_b=False, alpha=1.0) -> Value:
         f = "ge2.Graph.gemm_bias_act"
         out = ctypes.c_int32()

@@ -18,6 +18,7 @@ DTYPE_F16, DTYPE_BF16, DTYPE_F32 = 1, 2, 3
 DEVICES = {"auto": 0, "cuda": 1, "cpu": 2}
 TUNE_MODES = {"off": 0, "cached": 1, "tune": 2}
 ACTIVATIONS = {None: 0, "none": 0, "relu": 1, "gelu": 2, "gelu_erf": 2, "gelu_tanh": 3, "silu": 4}
+ELEMENTWISE_ADD, ELEMENTWISE_MUL = 1, 2
 NO_VALUE = -1
 
 
@@ -109,6 +110,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ge2_graph_add_bias": (S, [P, ctypes.c_int32, ctypes.c_int32, value_p]),
         "ge2_graph_add_activation": (S, [P, ctypes.c_int32, I, value_p]),
         "ge2_graph_add_gemm_bias_act": (S, [P, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(GemmAttrs), I, value_p]),
+        "ge2_graph_add_elementwise": (S, [P, I, ctypes.c_int32, ctypes.c_int32, value_p]),
         "ge2_graph_mark_output": (S, [P, ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(TensorDesc)]),
         "ge2_graph_get_desc": (S, [P, ctypes.c_int32, ctypes.POINTER(TensorDesc)]),
         "ge2_compile_options_init": (S, [ctypes.POINTER(CompileOptions)]),

@@ -133,3 +133,29 @@ def test_cupy_arrays():
     want = cupy.maximum(a.astype(cupy.float64) @ b.astype(cupy.float64), 0)
     assert float(cupy.linalg.norm(y.astype(cupy.float64) - want) / cupy.linalg.norm(want)) <= 1e-2
     ctx.close()
+
+
+def test_swiglu_block_with_residual_through_the_graph_builder(cpu):
+    """y = x + down(silu(x @ Wg^T) * (x @ Wu^T)), weights in nn.Linear's [out, in] layout."""
+    rng = np.random.default_rng()
+    tokens, hidden, inter = 6, 16, 40
+    g = ge2.Graph()
+    x = g.input("x", (tokens, hidden), "f32")
+    wg, wu = g.input("wg", (inter, hidden), "f32"), g.input("wu", (inter, hidden), "f32")
+    wd = g.input("wd", (hidden, inter), "f32")
+    gate = g.activation(g.gemm(x, wg, trans_b=True), "silu")
+    h = g.mul(gate, g.gemm(x, wu, trans_b=True))
+    g.output(g.add(g.gemm(h, wd, trans_b=True), x), "y")
+    plan = g.compile(cpu)
+    assert any("residual" in note for p in plan.describe()["passes"] for note in p["notes"])
+    xs = rng.uniform(-1, 1, (tokens, hidden)).astype(np.float32)
+    ws = {name: (rng.uniform(-1, 1, shape) / np.sqrt(shape[1])).astype(np.float32)
+          for name, shape in (("wg", (inter, hidden)), ("wu", (inter, hidden)), ("wd", (hidden, inter)))}
+    y = np.full((tokens, hidden), np.nan, np.float32)
+    plan.execute({"x": xs, **ws, "y": y})
+    x64 = xs.astype(np.float64)
+    gate64 = x64 @ ws["wg"].T.astype(np.float64)
+    h64 = gate64 / (1 + np.exp(-gate64)) * (x64 @ ws["wu"].T.astype(np.float64))
+    assert rel_error(y, x64 + h64 @ ws["wd"].T.astype(np.float64)) <= 1e-5
+    with pytest.raises(ge2.ShapeMismatchError, match="argument 'b'"):
+        g.add(x, wd)

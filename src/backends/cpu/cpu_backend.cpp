@@ -39,7 +39,7 @@ class CpuElementwiseStep final : public Step {
       : problem_(problem), slots_(slots) {}
   void run(const ExecState& s) override {
     cpu::elementwise(problem_, slot_pointer(s, slots_.x), slot_pointer(s, slots_.bias),
-                     slot_pointer(s, slots_.out));
+                     slot_pointer(s, slots_.y), slot_pointer(s, slots_.out));
   }
   nlohmann::json describe() const override { return {{"name", "cpu_elementwise"}}; }
 

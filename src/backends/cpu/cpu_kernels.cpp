@@ -56,13 +56,20 @@ void gemm(const GemmProblem& p, const void* a, const void* b, const void* c, con
   }
 }
 
-void elementwise(const ElementwiseProblem& p, const void* x, const void* bias, void* out) {
+void elementwise(const ElementwiseProblem& p, const void* x, const void* bias, const void* y,
+                 void* out) {
   const MatrixView xv = matrix_view(p.x), ov = matrix_view(p.out);
+  const MatrixView yv = p.combine == Combine::None ? MatrixView{} : matrix_view(p.y);
   for (std::int64_t batch = 0; batch < xv.batch; ++batch) {
     for (std::int64_t i = 0; i < xv.rows; ++i) {
       for (std::int64_t j = 0; j < xv.cols; ++j) {
         float value = load_as_float(
             x, p.x.dtype, batch * xv.batch_stride + i * xv.row_stride + j * xv.col_stride);
+        if (p.combine != Combine::None) {
+          const float other = load_as_float(
+              y, p.y.dtype, batch * yv.batch_stride + i * yv.row_stride + j * yv.col_stride);
+          value = p.combine == Combine::Add ? value + other : value * other;
+        }
         if (p.has_bias) value += load_as_float(bias, p.x.dtype, j * p.bias_stride);
         store_from_float(out, p.out.dtype,
                          batch * ov.batch_stride + i * ov.row_stride + j * ov.col_stride,

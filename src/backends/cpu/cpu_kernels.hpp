@@ -9,6 +9,7 @@ namespace ge2::cpu {
 void gemm(const GemmProblem& problem, const void* a, const void* b, const void* c, const void* bias,
           void* d);
 
-void elementwise(const ElementwiseProblem& problem, const void* x, const void* bias, void* out);
+void elementwise(const ElementwiseProblem& problem, const void* x, const void* bias, const void* y,
+                 void* out);
 
 }  // namespace ge2::cpu

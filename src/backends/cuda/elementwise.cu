@@ -1,4 +1,4 @@
-// out = act(x + bias): a strided kernel for any layout, a vectorised one
+// out = act(combine(x, y) + bias): a strided kernel for any layout, a vectorised one
 // (16-byte loads and stores) for row-contiguous, aligned tensors, and a flat
 // one for dense tensors, which is the path the erf-GELU pass after a cuBLASLt
 // GEMM takes.
@@ -23,6 +23,9 @@ struct ElementwiseParams {
   long long bias_stride;
   int act;
   int has_bias;
+  const void* y;  // with combine != 0 only
+  long long y_bs, y_rs, y_cs;
+  int combine;  // 0 none, 1 add, 2 multiply
 };
 
 template <typename T>
@@ -37,6 +40,10 @@ __global__ void elementwise_strided(ElementwiseParams p) {
     const long long i = (idx / p.cols) % p.rows;
     const long long z = idx / (p.cols * p.rows);
     float v = to_float(x[z * p.x_bs + i * p.x_rs + j * p.x_cs]);
+    if (p.combine != 0) {
+      const float w = to_float(static_cast<const T*>(p.y)[z * p.y_bs + i * p.y_rs + j * p.y_cs]);
+      v = p.combine == 1 ? v + w : v * w;
+    }
     if (p.has_bias) v += to_float(bias[j * p.bias_stride]);
     out[z * p.o_bs + i * p.o_rs + j * p.o_cs] = from_float<T>(activate(p.act, v));
   }
@@ -123,8 +130,10 @@ void launch_typed(const ElementwiseParams& p, bool vectorise, bool dense, cudaSt
 }  // namespace
 
 void launch_elementwise(const ElementwiseProblem& pr, const void* x, const void* bias, void* out,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const void* y) {
   const MatrixView xv = matrix_view(pr.x), ov = matrix_view(pr.out);
+  const bool combine = pr.combine != Combine::None;
+  const MatrixView yv = combine ? matrix_view(pr.y) : MatrixView{};
   ElementwiseParams p{x,
                       bias,
                       out,
@@ -139,18 +148,25 @@ void launch_elementwise(const ElementwiseProblem& pr, const void* x, const void*
                       ov.col_stride,
                       pr.bias_stride,
                       static_cast<int>(pr.act),
-                      pr.has_bias};
+                      pr.has_bias,
+                      y,
+                      yv.batch_stride,
+                      yv.row_stride,
+                      yv.col_stride,
+                      pr.combine == Combine::Add   ? 1
+                      : pr.combine == Combine::Mul ? 2
+                                                   : 0};
   const long long vec = 16 / static_cast<long long>(dtype_size(pr.x.dtype));
-  const bool vectorise = xv.col_stride == 1 && ov.col_stride == 1 && xv.cols % vec == 0 &&
-                         xv.row_stride % vec == 0 && ov.row_stride % vec == 0 &&
-                         xv.batch_stride % vec == 0 && ov.batch_stride % vec == 0 &&
-                         misalignment_bytes(x) == 0 && misalignment_bytes(out) == 0 &&
-                         (!pr.has_bias || (pr.bias_stride == 1 && misalignment_bytes(bias) == 0));
+  const bool vectorise =
+      !combine && xv.col_stride == 1 && ov.col_stride == 1 && xv.cols % vec == 0 &&
+      xv.row_stride % vec == 0 && ov.row_stride % vec == 0 && xv.batch_stride % vec == 0 &&
+      ov.batch_stride % vec == 0 && misalignment_bytes(x) == 0 && misalignment_bytes(out) == 0 &&
+      (!pr.has_bias || (pr.bias_stride == 1 && misalignment_bytes(bias) == 0));
   auto dense = [](const MatrixView& v) {
     return v.col_stride == 1 && v.row_stride == v.cols &&
            (v.batch <= 1 || v.batch_stride == v.rows * v.cols);
   };
-  const bool flat = dense(xv) && dense(ov);
+  const bool flat = !combine && dense(xv) && dense(ov);
   switch (pr.x.dtype) {
     case DType::F16:
       launch_typed<__half>(p, vectorise, flat, stream);

@@ -12,10 +12,11 @@ namespace ge2::cuda {
 void launch_fallback_gemm(const GemmProblem& problem, const void* a, const void* b, const void* c,
                           const void* bias, void* d, cudaStream_t stream);
 
-// out = act(x + bias) over any strides; x may equal out (in place). Row-contiguous,
-// 16-byte-aligned tensors take a vectorised path.
+// out = act(combine(x, y) + bias) over any strides; x may equal out (in place).
+// Without y, row-contiguous 16-byte-aligned tensors take a vectorised path; with
+// y (an add or multiply, y broadcast through zero strides) the strided kernel runs.
 void launch_elementwise(const ElementwiseProblem& problem, const void* x, const void* bias,
-                        void* out, cudaStream_t stream);
+                        void* out, cudaStream_t stream, const void* y = nullptr);
 
 // dst[z][i][j] = act(src(z, i, j)) inside src's rows x cols, 0 in the rest of
 // dst's extent: staging copies into aligned, zero-padded buffers and copies back

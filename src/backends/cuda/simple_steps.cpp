@@ -43,7 +43,8 @@ class ElementwiseStep final : public Step {
       : problem_(problem), slots_(slots) {}
   void run(const ExecState& s) override {
     launch_elementwise(problem_, slot_pointer(s, slots_.x), slot_pointer(s, slots_.bias),
-                       slot_pointer(s, slots_.out), static_cast<cudaStream_t>(s.stream));
+                       slot_pointer(s, slots_.out), static_cast<cudaStream_t>(s.stream),
+                       slot_pointer(s, slots_.y));
   }
   nlohmann::json describe() const override { return {{"name", "cuda_elementwise"}}; }
 

@@ -1,0 +1,221 @@
+// The FFN vocabulary on the CPU backend: elementwise add and multiply with
+// their broadcasts, SiLU, the residual fusion, and whole transformer blocks
+// (GELU MLP and SwiGLU, PyTorch's nn.Linear layout) against fp64.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "support/api_helpers.hpp"
+#include "support/raw_enum_calls.h"
+
+using namespace ge2::test;
+
+namespace {
+
+struct Broadcast {
+  std::vector<std::int64_t> a, b;
+};
+
+}  // namespace
+
+TEST_CASE("elementwise: add and mul, same shape and trailing broadcasts, every dtype") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  auto memory = host_memory();
+  const Broadcast shapes[] = {{{7, 13}, {7, 13}},
+                              {{7, 13}, {13}},
+                              {{3, 5, 9}, {9}},
+                              {{3, 5, 9}, {5, 9}},
+                              {{3, 5, 9}, {3, 5, 9}}};
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
+    for (ge2_elementwise_op_t op : {GE2_ELEMENTWISE_ADD, GE2_ELEMENTWISE_MUL})
+      for (const Broadcast& s : shapes)
+        for (bool padded_out : {false, true}) {
+          CAPTURE(dtype);
+          CAPTURE(op);
+          CAPTURE(s.a.size());
+          CAPTURE(s.b.size());
+          HostTensor a = make_tensor(dtype, s.a), b = make_tensor(dtype, s.b);
+          fill_random(a);
+          fill_random(b);
+          // A padded output layout: rows 3 elements longer than the logical row.
+          std::vector<std::int64_t> out_strides;
+          if (padded_out) {
+            const std::int64_t ld = s.a.back() + 3;
+            out_strides = s.a.size() == 3 ? std::vector<std::int64_t>{s.a[1] * ld, ld, 1}
+                                          : std::vector<std::int64_t>{ld, 1};
+          }
+          HostTensor out = make_tensor(dtype, s.a, out_strides);
+          poison(out);
+          auto graph = make_graph();
+          const ge2_tensor_desc_t da = a.desc(), db = b.desc(), dout = out.desc();
+          ge2_value_t va, vb, vy;
+          GE2_CHECK(ge2_graph_add_input(graph.get(), "a", &da, &va));
+          GE2_CHECK(ge2_graph_add_input(graph.get(), "b", &db, &vb));
+          GE2_CHECK(ge2_graph_add_elementwise(graph.get(), op, va, vb, &vy));
+          GE2_CHECK(ge2_graph_mark_output(graph.get(), vy, "y", padded_out ? &dout : nullptr));
+          ge2_plan_t* raw = nullptr;
+          GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), nullptr, &raw));
+          PlanPtr plan(raw);
+          ge2_binding_t bindings[] = {{"a", a.data()}, {"b", b.data()}, {"y", out.data()}};
+          GE2_CHECK(ge2_plan_execute(plan.get(), bindings, 3, nullptr));
+          // fp64 of the fp32 arithmetic, one rounding to the output dtype.
+          const std::int64_t batch = a.rank == 3 ? a.shape[0] : 1;
+          const std::int64_t rows = a.shape[a.rank - 2], cols = a.shape[a.rank - 1];
+          std::vector<double> ref;
+          for (std::int64_t z = 0; z < batch; ++z)
+            for (std::int64_t i = 0; i < rows; ++i)
+              for (std::int64_t j = 0; j < cols; ++j) {
+                const double x = a.get(a.offset(z, i, j));
+                const double y = b.rank == 1   ? b.get(j)
+                                 : b.rank == 2 ? b.get(b.offset(0, i, j))
+                                               : b.get(b.offset(z, i, j));
+                ref.push_back(op == GE2_ELEMENTWISE_ADD ? x + y : x * y);
+              }
+          CHECK(relative_error(out, ref) <= tolerance(dtype));
+          // Padding between rows stays poisoned.
+          if (padded_out) CHECK(std::isnan(out.get(out.offset(0, 0, cols))));
+        }
+}
+
+TEST_CASE("elementwise: bad operands and ops are refused with the argument named") {
+  auto graph = make_graph();
+  ge2_tensor_desc_t d23{GE2_DTYPE_F32, 2, {2, 3}, {0, 0}}, d32{GE2_DTYPE_F32, 2, {3, 2}, {0, 0}},
+      d3{GE2_DTYPE_F32, 1, {3}, {0}}, d2{GE2_DTYPE_F32, 1, {2}, {0}},
+      h23{GE2_DTYPE_F16, 2, {2, 3}, {0, 0}};
+  ge2_value_t a, b, v, x, half, out = 77;
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "a", &d23, &a));
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "b", &d32, &b));
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "v", &d3, &v));
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "x", &d2, &x));
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "h", &h23, &half));
+  auto expect = [&](ge2_status_t got, ge2_status_t want, const char* fragment) {
+    const std::string message = ge2_last_error();
+    INFO(message);
+    CHECK(got == want);
+    CHECK(message.rfind("ge2_graph_add_elementwise: ", 0) == 0);
+    CHECK(message.find(fragment) != std::string::npos);
+  };
+  expect(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_ADD, a, b, &out),
+         GE2_ERROR_SHAPE_MISMATCH, "argument 'b': shape [3, 2] f32 is neither a's shape");
+  expect(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_MUL, a, x, &out),
+         GE2_ERROR_SHAPE_MISMATCH, "argument 'b'");
+  expect(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_ADD, v, v, &out),
+         GE2_ERROR_SHAPE_MISMATCH, "argument 'a': rank 1");
+  expect(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_ADD, a, half, &out),
+         GE2_ERROR_SHAPE_MISMATCH, "dtype f16 differs");
+  expect(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_ADD, a, 99, &out),
+         GE2_ERROR_INVALID_ARGUMENT, "argument 'b' = 99");
+  for (int bad : {0, 3, -1, 0x7fffffff}) {
+    CAPTURE(bad);
+    expect(raw_graph_add_elementwise(graph.get(), bad, a, v, &out), GE2_ERROR_INVALID_ARGUMENT,
+           "argument 'op'");
+  }
+  expect(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_ADD, a, v, nullptr),
+         GE2_ERROR_INVALID_ARGUMENT, "argument 'out' is NULL");
+  CHECK(out == 77);
+  GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_ADD, a, v, &out));
+}
+
+TEST_CASE("residual add after a GEMM becomes the GEMM's C operand, in either operand order") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  for (bool residual_first : {false, true}) {
+    auto graph = make_graph();
+    ge2_tensor_desc_t dx{GE2_DTYPE_F32, 2, {4, 6}, {0, 0}}, dw{GE2_DTYPE_F32, 2, {6, 6}, {0, 0}},
+        db{GE2_DTYPE_F32, 1, {6}, {0}};
+    ge2_value_t x, w, b, g, y;
+    GE2_CHECK(ge2_graph_add_input(graph.get(), "x", &dx, &x));
+    GE2_CHECK(ge2_graph_add_input(graph.get(), "w", &dw, &w));
+    GE2_CHECK(ge2_graph_add_input(graph.get(), "b", &db, &b));
+    GE2_CHECK(ge2_graph_add_gemm_bias_act(graph.get(), x, w, b, nullptr, GE2_ACT_NONE, &g));
+    GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_ADD, residual_first ? x : g,
+                                        residual_first ? g : x, &y));
+    GE2_CHECK(ge2_graph_add_activation(graph.get(), y, GE2_ACT_RELU, &y));
+    GE2_CHECK(ge2_graph_mark_output(graph.get(), y, "y", nullptr));
+    ge2_plan_t* raw = nullptr;
+    GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), nullptr, &raw));
+    PlanPtr plan(raw);
+    const char* text = nullptr;
+    GE2_CHECK(ge2_plan_describe(plan.get(), &text));
+    const auto json = nlohmann::json::parse(text);
+    REQUIRE(json["steps"].size() == 1);  // GEMM + bias + residual + ReLU in one step
+    const auto& problem = json["steps"][0]["problem"];
+    CHECK(problem["beta"] == 1.0);
+    CHECK(problem["has_bias"] == true);
+    CHECK(problem["activation"] == "relu");
+    CHECK(json["passes"][2]["notes"].dump().find("residual #0 as C") != std::string::npos);
+    std::vector<float> hx(24), hw(36), hb(6), hy(24, std::nanf(""));
+    for (std::size_t i = 0; i < hx.size(); ++i) hx[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+    for (std::size_t i = 0; i < hw.size(); ++i) hw[i] = 0.05f * static_cast<float>(i % 5) - 0.1f;
+    for (std::size_t i = 0; i < hb.size(); ++i) hb[i] = 0.2f * static_cast<float>(i) - 0.5f;
+    ge2_binding_t bindings[] = {
+        {"x", hx.data()}, {"w", hw.data()}, {"b", hb.data()}, {"y", hy.data()}};
+    GE2_CHECK(ge2_plan_execute(plan.get(), bindings, 4, nullptr));
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 6; ++j) {
+        double v = hb[static_cast<std::size_t>(j)] + hx[static_cast<std::size_t>(i * 6 + j)];
+        for (int k = 0; k < 6; ++k)
+          v += double(hx[static_cast<std::size_t>(i * 6 + k)]) *
+               hw[static_cast<std::size_t>(k * 6 + j)];
+        CHECK(hy[static_cast<std::size_t>(i * 6 + j)] ==
+              doctest::Approx(v > 0 ? v : 0).epsilon(1e-5));
+      }
+  }
+}
+
+TEST_CASE("residual fusion is not done where it would change the result") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  auto graph = make_graph();
+  ge2_tensor_desc_t dx{GE2_DTYPE_F32, 2, {4, 6}, {0, 0}}, dw{GE2_DTYPE_F32, 2, {6, 6}, {0, 0}},
+      dr{GE2_DTYPE_F32, 1, {6}, {0}};
+  ge2_value_t x, w, r, g, act, y1, y2, y3;
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "x", &dx, &x));
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "w", &dw, &w));
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "r", &dr, &r));
+  // After an activation: act(AB) + x is not act(AB + x).
+  GE2_CHECK(
+      ge2_graph_add_gemm_bias_act(graph.get(), x, w, GE2_NO_VALUE, nullptr, GE2_ACT_RELU, &act));
+  GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_ADD, act, x, &y1));
+  // A broadcast residual is not a C operand.
+  GE2_CHECK(ge2_graph_add_gemm(graph.get(), x, w, GE2_NO_VALUE, nullptr, &g));
+  GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_ADD, g, r, &y2));
+  // A multiply is not a residual.
+  ge2_value_t g2;
+  GE2_CHECK(ge2_graph_add_gemm(graph.get(), x, w, GE2_NO_VALUE, nullptr, &g2));
+  GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_MUL, g2, x, &y3));
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), y1, "y1", nullptr));
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), y2, "y2", nullptr));
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), y3, "y3", nullptr));
+  ge2_plan_t* raw = nullptr;
+  GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), nullptr, &raw));
+  PlanPtr plan(raw);
+  const char* text = nullptr;
+  GE2_CHECK(ge2_plan_describe(plan.get(), &text));
+  const auto json = nlohmann::json::parse(text);
+  CHECK(json["steps"].size() == 6);  // three GEMMs, three elementwise steps
+  CHECK(json["passes"][2]["notes"].dump().find("as C") == std::string::npos);
+}
+
+TEST_CASE(
+    "FFN blocks in nn.Linear layout match fp64: GELU MLP and SwiGLU, with and without "
+    "residual, fused and unfused") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  auto memory = host_memory();
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
+    for (FfnKind kind : {FfnKind::GeluMlp, FfnKind::SwiGlu})
+      for (bool residual : {false, true})
+        for (bool fuse : {false, true}) {
+          const FfnCase c{.dtype = dtype,
+                          .kind = kind,
+                          .tokens = 5,
+                          .hidden = 24,
+                          .intermediate = 40,
+                          .residual = residual,
+                          .fuse = fuse};
+          const GemmResult r = run_ffn_case(context.get(), *memory, c);
+          CHECK_MESSAGE(r.error <= 2 * tolerance(dtype), c.label() << " error " << r.error);
+          if (fuse && residual && kind == FfnKind::GeluMlp) {
+            // GEMM+bias+GELU, then GEMM+bias+residual: two steps.
+            CHECK(nlohmann::json::parse(r.plan_json)["steps"].size() == 2);
+          }
+        }
+}
