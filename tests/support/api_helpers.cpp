@@ -300,4 +300,59 @@ GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c
   return result;
 }
 
+ElementwiseResult run_elementwise_case(ge2_context_t* context, Memory& memory, ge2_dtype_t dtype,
+                                       ge2_elementwise_op_t op,
+                                       const std::vector<std::int64_t>& a_shape,
+                                       const std::vector<std::int64_t>& b_shape, bool padded_out) {
+  HostTensor a = make_tensor(dtype, a_shape), b = make_tensor(dtype, b_shape);
+  fill_random(a);
+  fill_random(b);
+  // A padded output layout: rows 3 elements longer than the logical row.
+  std::vector<std::int64_t> out_strides;
+  if (padded_out) {
+    const std::int64_t ld = a_shape.back() + 3;
+    out_strides = a_shape.size() == 3 ? std::vector<std::int64_t>{a_shape[1] * ld, ld, 1}
+                                      : std::vector<std::int64_t>{ld, 1};
+  }
+  HostTensor out = make_tensor(dtype, a_shape, out_strides);
+  poison(out);
+  auto graph = make_graph();
+  const ge2_tensor_desc_t da = a.desc(), db = b.desc(), dout = out.desc();
+  ge2_value_t va, vb, vy;
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "a", &da, &va));
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "b", &db, &vb));
+  GE2_CHECK(ge2_graph_add_elementwise(graph.get(), op, va, vb, &vy));
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), vy, "y", padded_out ? &dout : nullptr));
+  ge2_plan_t* raw = nullptr;
+  GE2_CHECK(ge2_plan_compile(context, graph.get(), nullptr, &raw));
+  PlanPtr plan(raw);
+  ge2_binding_t bindings[] = {
+      {"a", memory.upload(a)}, {"b", memory.upload(b)}, {"y", memory.upload(out)}};
+  GE2_CHECK(ge2_plan_execute(plan.get(), bindings, 3, memory.stream()));
+  memory.download(bindings[2].data, out);
+  // fp64 of the fp32 arithmetic, one rounding to the output dtype.
+  const std::int64_t batch = a.rank == 3 ? a.shape[0] : 1;
+  const std::int64_t rows = a.shape[a.rank - 2], cols = a.shape[a.rank - 1];
+  std::vector<double> ref;
+  for (std::int64_t z = 0; z < batch; ++z)
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < cols; ++j) {
+        const double x = a.get(a.offset(z, i, j));
+        const double y = b.rank == 1   ? b.get(j)
+                         : b.rank == 2 ? b.get(b.offset(0, i, j))
+                                       : b.get(b.offset(z, i, j));
+        ref.push_back(op == GE2_ELEMENTWISE_ADD ? x + y : x * y);
+      }
+  ElementwiseResult result;
+  result.error = relative_error(out, ref);
+  // The padding after every row but the last (the allocation ends with the last row).
+  if (padded_out)
+    for (std::int64_t z = 0; z < batch; ++z)
+      for (std::int64_t i = 0; i < rows; ++i)
+        if (z < batch - 1 || i < rows - 1)
+          result.padding_intact =
+              result.padding_intact && std::isnan(out.get(out.offset(z, i, cols)));
+  return result;
+}
+
 }  // namespace ge2::test

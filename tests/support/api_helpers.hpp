@@ -72,6 +72,16 @@ struct GemmResult {
   std::int64_t padding_changed = 0;
 };
 
+struct ElementwiseResult {
+  double error = 0;            // relative error against fp64
+  bool padding_intact = true;  // the padding of a padded output stayed poisoned
+};
+// y = a (op) b with b broadcast; a padded output layout when `padded_out`.
+ElementwiseResult run_elementwise_case(ge2_context_t* context, Memory& memory, ge2_dtype_t dtype,
+                                       ge2_elementwise_op_t op,
+                                       const std::vector<std::int64_t>& a_shape,
+                                       const std::vector<std::int64_t>& b_shape, bool padded_out);
+
 // A transformer feed-forward block in PyTorch's nn.Linear layout (weights
 // [out, in], so every GEMM is x * W^T), with an optional residual:
 //   GeluMlp: y = W2 gelu_erf(W1 x + b1) + b2 (+ x)
