@@ -132,7 +132,11 @@ double relative_error(const HostTensor& out, const std::vector<double>& ref) {
         diff += (got - want) * (got - want);
         norm += want * want;
       }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+  // A reference whose RMS is below 1e-6 (a single element that an activation
+  // drove to ~1e-35, say) is below what fp32 arithmetic resolves for O(1)
+  // data: the error is then measured against that floor, not against zero.
+  const double count = static_cast<double>(batch * rows * cols);
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-6 * std::sqrt(count));
 }
 
 double tolerance(ge2_dtype_t dtype) {

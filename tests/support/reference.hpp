@@ -48,7 +48,8 @@ struct GemmRef {
 std::vector<double> gemm_reference(const HostTensor& a, const HostTensor& b, const HostTensor* c,
                                    const HostTensor* bias, const GemmRef& attrs);
 
-// ||out - ref|| / ||ref|| over the logical elements of `out`; +inf if any is NaN.
+// ||out - ref|| / max(||ref||, 1e-6 sqrt(n)) over the n logical elements of
+// `out`; +inf if any is NaN or infinite.
 double relative_error(const HostTensor& out, const std::vector<double>& ref);
 
 // The bound a GEMM in `dtype` with fp32 accumulation must meet on the CPU.
