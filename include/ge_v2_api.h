@@ -277,6 +277,21 @@ GE2_API void ge2_graph_destroy(ge2_graph_t* graph);
 GE2_API ge2_status_t ge2_graph_add_input(ge2_graph_t* graph, const char* name,
                                          const ge2_tensor_desc_t* desc, ge2_value_t* out);
 
+/*
+** ge2_graph_add_constant: declare a named tensor whose contents are given now,
+** typically a weight. data is host memory holding the tensor as desc
+** describes it (desc's strides, all zero meaning dense row-major); ge2 copies
+** the desc's byte span at this call, so the caller's buffer may change or be
+** freed afterwards. A compiled plan holds its own copy in the backend's memory
+** (device memory on CUDA, copied at compile time), so executions bind only the
+** inputs and outputs; ge2_plan_describe reports each constant and the bytes
+** they take. name follows ge2_graph_add_input's rules and shares its name
+** space. A constant cannot be an output. (Added in 2.2.)
+*/
+GE2_API ge2_status_t ge2_graph_add_constant(ge2_graph_t* graph, const char* name,
+                                            const ge2_tensor_desc_t* desc, const void* data,
+                                            ge2_value_t* out);
+
 /* Attributes of a GEMM: D = alpha * op(A) * op(B) + beta * C. */
 typedef struct ge2_gemm_attrs {
   uint32_t struct_size; /* set by ge2_gemm_attrs_init */

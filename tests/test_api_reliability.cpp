@@ -336,7 +336,7 @@ TEST_CASE("reliability: intermediates are checked against host memory together, 
   ge2_plan_t* plan = nullptr;
   expect_status(ge2_plan_compile(context.get(), graph.get(), nullptr, &plan),
                 GE2_ERROR_OUT_OF_MEMORY, "ge2_plan_compile",
-                {"intermediate buffers together", "physical memory"});
+                {"intermediate buffers and constants together", "physical memory"});
   CHECK(plan == nullptr);
 }
 

@@ -174,7 +174,8 @@ TEST_CASE(
                           .hidden = 24,
                           .intermediate = 40,
                           .residual = residual,
-                          .fuse = fuse};
+                          .fuse = fuse,
+                          .constant_weights = residual == fuse};
           const GemmResult r = run_ffn_case(context.get(), *memory, c);
           CHECK_MESSAGE(r.error <= 2 * tolerance(dtype), c.label() << " error " << r.error);
           if (fuse && residual && kind == FfnKind::GeluMlp) {
@@ -182,4 +183,94 @@ TEST_CASE(
             CHECK(nlohmann::json::parse(r.plan_json)["steps"].size() == 2);
           }
         }
+}
+
+TEST_CASE("constants: copied when added, owned by the plan, not bound, listed in the plan") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  auto graph = make_graph();
+  std::vector<float> w(12), b(3);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = 0.5f * static_cast<float>(i) - 2.0f;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(i) + 0.25f;
+  ge2_tensor_desc_t dx{GE2_DTYPE_F32, 2, {2, 4}, {0, 0}}, dw{GE2_DTYPE_F32, 2, {4, 3}, {0, 0}},
+      db{GE2_DTYPE_F32, 1, {3}, {0}};
+  ge2_value_t x, vw, vb, unused, y;
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "x", &dx, &x));
+  GE2_CHECK(ge2_graph_add_constant(graph.get(), "w", &dw, w.data(), &vw));
+  GE2_CHECK(ge2_graph_add_constant(graph.get(), "b", &db, b.data(), &vb));
+  GE2_CHECK(ge2_graph_add_constant(graph.get(), "unused", &db, b.data(), &unused));
+  const std::vector<float> w_given = w, b_given = b;
+  std::fill(w.begin(), w.end(), std::nanf(""));  // the graph holds its own copy
+  std::fill(b.begin(), b.end(), std::nanf(""));
+  GE2_CHECK(ge2_graph_add_gemm_bias_act(graph.get(), x, vw, vb, nullptr, GE2_ACT_NONE, &y));
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), y, "y", nullptr));
+  ge2_plan_t* raw = nullptr;
+  GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), nullptr, &raw));
+  PlanPtr plan(raw);
+  graph.reset();  // the plan does not need the graph
+  size_t io_count = 0;
+  GE2_CHECK(ge2_plan_io_count(plan.get(), &io_count));
+  CHECK(io_count == 2);  // x and y: constants are not bound
+  const char* text = nullptr;
+  GE2_CHECK(ge2_plan_describe(plan.get(), &text));
+  const auto json = nlohmann::json::parse(text);
+  CHECK(json["constant_bytes"] == 12 * 4 + 3 * 4);
+  REQUIRE(json["constants"].size() == 2);  // the unused one was removed as dead
+  CHECK(json["constants"][0]["name"] == "w");
+  CHECK(json["constants"][1]["bytes"] == 12);
+  std::vector<float> hx{1, 2, 3, 4, -1, 0.5f, 0, 2}, hy(6, std::nanf(""));
+  ge2_binding_t bindings[] = {{"x", hx.data()}, {"y", hy.data()}};
+  GE2_CHECK(ge2_plan_execute(plan.get(), bindings, 2, nullptr));
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) {
+      double v = b_given[static_cast<std::size_t>(j)];
+      for (int k = 0; k < 4; ++k)
+        v += double(hx[static_cast<std::size_t>(i * 4 + k)]) *
+             w_given[static_cast<std::size_t>(k * 3 + j)];
+      CHECK(hy[static_cast<std::size_t>(i * 3 + j)] == doctest::Approx(v).epsilon(1e-6));
+    }
+  ge2_binding_t with_constant[] = {{"x", hx.data()}, {"y", hy.data()}, {"w", w.data()}};
+  CHECK(ge2_plan_execute(plan.get(), with_constant, 3, nullptr) == GE2_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("constants: bad arguments are refused with the argument named") {
+  auto graph = make_graph();
+  float data[16] = {};
+  ge2_tensor_desc_t d{GE2_DTYPE_F32, 2, {2, 2}, {0, 0}}, bad{GE2_DTYPE_F32, 4, {2, 2}, {0, 0}};
+  ge2_value_t v, c, out = 5;
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "x", &d, &v));
+  GE2_CHECK(ge2_graph_add_constant(graph.get(), "c", &d, data, &c));
+  auto expect = [&](ge2_status_t got, ge2_status_t want, const char* function,
+                    const char* fragment) {
+    const std::string message = ge2_last_error();
+    INFO(message);
+    CHECK(got == want);
+    CHECK(message.rfind(std::string(function) + ": ", 0) == 0);
+    CHECK(message.find(fragment) != std::string::npos);
+  };
+  const char* f = "ge2_graph_add_constant";
+  expect(ge2_graph_add_constant(graph.get(), "k", &d, nullptr, &out), GE2_ERROR_INVALID_ARGUMENT, f,
+         "argument 'data' is NULL");
+  expect(ge2_graph_add_constant(graph.get(), "k", nullptr, data, &out), GE2_ERROR_INVALID_ARGUMENT,
+         f, "argument 'desc' is NULL");
+  expect(ge2_graph_add_constant(graph.get(), "k", &bad, data, &out), GE2_ERROR_INVALID_ARGUMENT, f,
+         "rank 4");
+  expect(ge2_graph_add_constant(graph.get(), "x", &d, data, &out), GE2_ERROR_INVALID_ARGUMENT, f,
+         "'x' is already an input");
+  expect(ge2_graph_add_constant(graph.get(), "c", &d, data, &out), GE2_ERROR_INVALID_ARGUMENT, f,
+         "'c' is already a constant");
+  expect(ge2_graph_add_input(graph.get(), "c", &d, &out), GE2_ERROR_INVALID_ARGUMENT,
+         "ge2_graph_add_input", "'c' is already a constant");
+  expect(ge2_graph_add_constant(graph.get(), "", &d, data, &out), GE2_ERROR_INVALID_ARGUMENT, f,
+         "argument 'name'");
+  expect(ge2_graph_add_constant(graph.get(), "k", &d, data, nullptr), GE2_ERROR_INVALID_ARGUMENT, f,
+         "argument 'out' is NULL");
+  expect(ge2_graph_mark_output(graph.get(), c, "y", nullptr), GE2_ERROR_UNSUPPORTED,
+         "ge2_graph_mark_output", "is the graph constant 'c'");
+  expect(ge2_graph_mark_output(graph.get(), v, "c", nullptr), GE2_ERROR_INVALID_ARGUMENT,
+         "ge2_graph_mark_output", "'c' is already a constant");
+  // A constant larger than the host's memory is refused before anything is copied.
+  ge2_tensor_desc_t huge{GE2_DTYPE_F32, 2, {std::int64_t{1} << 20, std::int64_t{1} << 19}, {0, 0}};
+  expect(ge2_graph_add_constant(graph.get(), "huge", &huge, data, &out), GE2_ERROR_OUT_OF_MEMORY, f,
+         "physical memory");
+  CHECK(out == 5);
 }

@@ -536,7 +536,8 @@ TEST_CASE("gpu: FFN blocks in nn.Linear layout (GELU MLP, SwiGLU; residual; fuse
                           .hidden = 256,
                           .intermediate = 704,
                           .residual = residual,
-                          .fuse = fuse};
+                          .fuse = fuse,
+                          .constant_weights = residual == fuse};
           const GemmResult r = run_ffn_case(context.get(), memory, c);
           // Two chained GEMMs: f32 may run on TF32-free cuBLASLt f32 or the fallback.
           const double bound = dtype == GE2_DTYPE_F32 ? 1e-4 : 1e-2;

@@ -6,6 +6,7 @@
 #include "api/api_guard.hpp"
 #include "api/api_objects.hpp"
 #include "api/graph_access.hpp"
+#include "core/host_memory.hpp"
 #include "core/raw_enum.hpp"
 
 using namespace ge2;
@@ -20,6 +21,21 @@ void check_name(const char* name, const char* function) {
   require(length > 0 && length <= kMaxNameLength, GE2_ERROR_INVALID_ARGUMENT,
           "{}: argument 'name' must have 1 to {} bytes, it has {}", function, kMaxNameLength,
           length);
+}
+
+// A name for a new input, constant or output: valid, and not taken by any of them.
+void check_new_name(const Graph& graph, const char* name, const char* function) {
+  check_name(name, function);
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    const Node& node = graph.node(id);
+    require(!node.is_source() || node.input_name != name, GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'name' = '{}' is already {}", function, name,
+            node.kind == OpKind::Input ? "an input" : "a constant");
+  }
+  for (const auto& output : graph.outputs()) {
+    require(output.name != name, GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'name' = '{}' is already an output", function, name);
+  }
 }
 
 void check_value(const Graph& graph, ge2_value_t value, const char* function,
@@ -79,17 +95,35 @@ ge2_status_t ge2_graph_add_input(ge2_graph_t* graph, const char* name,
                                  const ge2_tensor_desc_t* desc, ge2_value_t* out) {
   return guarded(__func__, [&](const char* f) {
     GraphWriteLock lock(graph, f);
-    check_name(name, f);
+    check_new_name(graph->graph, name, f);
     require_not_null(desc, f, "desc");
-    for (ValueId id = 0; id < graph->graph.size(); ++id) {
-      require(graph->graph.node(id).input_name != name, GE2_ERROR_INVALID_ARGUMENT,
-              "{}: argument 'name' = '{}' is already an input", f, name);
-    }
     Node node;
     node.kind = OpKind::Input;
     node.input_name = name;
     node.type = tensor_type_from_desc(*desc, fmt::format("{}: argument 'desc'", f));
     require_not_null(out, f, "out");
+    *out = graph->graph.add(std::move(node));
+  });
+}
+
+ge2_status_t ge2_graph_add_constant(ge2_graph_t* graph, const char* name,
+                                    const ge2_tensor_desc_t* desc, const void* data,
+                                    ge2_value_t* out) {
+  return guarded(__func__, [&](const char* f) {
+    GraphWriteLock lock(graph, f);
+    check_new_name(graph->graph, name, f);
+    require_not_null(desc, f, "desc");
+    require_not_null(data, f, "data");
+    require_not_null(out, f, "out");
+    Node node;
+    node.kind = OpKind::Constant;
+    node.input_name = name;
+    node.type = tensor_type_from_desc(*desc, fmt::format("{}: argument 'desc'", f));
+    const std::size_t bytes = node.type.span_bytes();
+    require_fits_in_host_memory(bytes, fmt::format("{}: constant '{}'", f, name).c_str());
+    auto copy = std::make_shared<std::vector<unsigned char>>(bytes);
+    std::memcpy(copy->data(), data, bytes);
+    node.constant_data = std::move(copy);
     *out = graph->graph.add(std::move(node));
   });
 }
@@ -197,22 +231,16 @@ ge2_status_t ge2_graph_mark_output(ge2_graph_t* graph, ge2_value_t value, const 
   return guarded(__func__, [&](const char* f) {
     GraphWriteLock lock(graph, f);
     check_value(graph->graph, value, f, "value");
-    check_name(name, f);
     for (const auto& output : graph->graph.outputs()) {
-      require(output.name != name, GE2_ERROR_INVALID_ARGUMENT,
-              "{}: argument 'name' = '{}' is already an output", f, name);
       require(output.value != value, GE2_ERROR_INVALID_ARGUMENT,
               "{}: argument 'value' = {} is already the output '{}'", f, value, output.name);
     }
-    for (ValueId id = 0; id < graph->graph.size(); ++id) {
-      require(graph->graph.node(id).input_name != name, GE2_ERROR_INVALID_ARGUMENT,
-              "{}: argument 'name' = '{}' is already an input", f, name);
-    }
+    check_new_name(graph->graph, name, f);
     const Node& node = graph->graph.node(value);
-    require(node.kind != OpKind::Input, GE2_ERROR_UNSUPPORTED,
-            "{}: argument 'value' = {} is the graph input '{}'; ge2 does not copy inputs to "
-            "outputs",
-            f, value, node.input_name);
+    require(!node.is_source(), GE2_ERROR_UNSUPPORTED,
+            "{}: argument 'value' = {} is the graph {} '{}'; ge2 does not copy inputs or "
+            "constants to outputs",
+            f, value, op_kind_name(node.kind), node.input_name);
     GraphOutput output{value, name, std::nullopt};
     if (layout != nullptr) {
       TensorType type = tensor_type_from_desc(*layout, fmt::format("{}: argument 'layout'", f));

@@ -44,9 +44,12 @@ class Backend {
   virtual std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                                  const ElementwiseSlots& slots) = 0;
   virtual std::unique_ptr<Buffer> allocate(std::size_t bytes) = 0;
-  // Refuses (GE2_ERROR_OUT_OF_MEMORY) a plan whose intermediate buffers together
-  // cannot fit, before any is allocated; by default allocation failures say so.
-  virtual void check_intermediate_bytes(std::size_t bytes) const { (void)bytes; }
+  // Copies `bytes` of host memory into a buffer from allocate() (constants, at compile time).
+  virtual void upload(Buffer& destination, const void* host, std::size_t bytes) = 0;
+  // Refuses (GE2_ERROR_OUT_OF_MEMORY) a plan whose own buffers (intermediates
+  // and constants) together cannot fit, before any is allocated; by default
+  // allocation failures say so.
+  virtual void check_plan_memory(std::size_t bytes) const { (void)bytes; }
   // State a plan keeps between executions; none by default. `graph_replay`: the
   // compile option of that name (backends without graphs ignore it).
   virtual std::unique_ptr<PlanDeviceState> make_plan_state(bool graph_replay) {

@@ -81,6 +81,7 @@ ElementwiseProblem elementwise_problem(const Node& node, const std::vector<Tenso
       problem.y = broadcast_to(type_of(node.y), problem.x);
       return problem;
     case OpKind::Input:
+    case OpKind::Constant:
     case OpKind::Gemm:
     case OpKind::GemmBiasAct:
       break;
@@ -133,27 +134,46 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
     plan->io_.push_back({output.name, true, type, slot});
   }
 
-  // All intermediates at once must fit, not only each one: three buffers of
-  // two thirds of the memory each would pass a per-buffer check.
-  std::size_t intermediate_bytes = 0;
+  // All plan-owned buffers at once must fit, not only each one: three buffers
+  // of two thirds of the memory each would pass a per-buffer check.
+  std::size_t intermediate_bytes = 0, constant_bytes = 0;
   for (ValueId id = 0; id < graph.size(); ++id) {
     const Node& node = graph.node(id);
     if (!node.live || node.kind == OpKind::Input || slot_of[static_cast<std::size_t>(id)] >= 0)
       continue;
-    const auto total =
-        checked_add_bytes(intermediate_bytes, storage[static_cast<std::size_t>(id)].span_bytes());
+    std::size_t& sum = node.kind == OpKind::Constant ? constant_bytes : intermediate_bytes;
+    const auto total = checked_add_bytes(sum, storage[static_cast<std::size_t>(id)].span_bytes());
     require(total.has_value(), GE2_ERROR_OUT_OF_MEMORY,
-            "ge2_plan_compile: the plan's intermediate buffers need more bytes than size_t holds");
-    intermediate_bytes = *total;
+            "ge2_plan_compile: the plan's buffers need more bytes than size_t holds");
+    sum = *total;
   }
-  backend.check_intermediate_bytes(intermediate_bytes);
+  const auto owned_bytes = checked_add_bytes(intermediate_bytes, constant_bytes);
+  require(owned_bytes.has_value(), GE2_ERROR_OUT_OF_MEMORY,
+          "ge2_plan_compile: the plan's buffers need more bytes than size_t holds");
+  backend.check_plan_memory(*owned_bytes);
+
+  // Constants: copied into the backend's memory now, so executions bind only inputs and outputs.
+  nlohmann::json constants_json = nlohmann::json::array();
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    const Node& node = graph.node(id);
+    if (!node.live || node.kind != OpKind::Constant) continue;
+    const std::size_t bytes = node.constant_data->size();
+    auto buffer = backend.allocate(bytes);
+    backend.upload(*buffer, node.constant_data->data(), bytes);
+    slot_of[static_cast<std::size_t>(id)] = new_slot(buffer->data(), 0, false);
+    plan->owned_.push_back(std::move(buffer));
+    constants_json.push_back({{"name", node.input_name},
+                              {"node", id},
+                              {"type", storage[static_cast<std::size_t>(id)].shape_string()},
+                              {"bytes", bytes}});
+  }
 
   nlohmann::json steps_json = nlohmann::json::array();
   const DeviceInfo& device = backend.device();
   const MeasuredTime measured = backend.measured_times();
   for (ValueId id = 0; id < graph.size(); ++id) {
     const Node& node = graph.node(id);
-    if (!node.live || node.kind == OpKind::Input) continue;
+    if (!node.live || node.is_source()) continue;
     auto& slot = slot_of[static_cast<std::size_t>(id)];
     if (slot < 0) {
       auto buffer = backend.allocate(storage[static_cast<std::size_t>(id)].span_bytes());
@@ -193,6 +213,8 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
   const nlohmann::json description{{"backend", backend.describe()},
                                    {"graph_replay", options.graph_replay},
                                    {"intermediate_bytes", intermediate_bytes},
+                                   {"constant_bytes", constant_bytes},
+                                   {"constants", constants_json},
                                    {"passes", passes_json},
                                    {"io", io_json},
                                    {"steps", steps_json}};

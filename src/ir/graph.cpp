@@ -9,6 +9,8 @@ const char* op_kind_name(OpKind kind) {
   switch (kind) {
     case OpKind::Input:
       return "input";
+    case OpKind::Constant:
+      return "constant";
     case OpKind::Gemm:
       return "gemm";
     case OpKind::BiasAdd:
@@ -145,6 +147,7 @@ TensorType infer_binary(const Graph& graph, const Node& node, const std::string&
 TensorType infer_node_type(const Graph& graph, const Node& node, const std::string& where) {
   switch (node.kind) {
     case OpKind::Input:
+    case OpKind::Constant:
       return node.type;
     case OpKind::Gemm:
     case OpKind::GemmBiasAct:

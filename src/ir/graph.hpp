@@ -2,6 +2,7 @@
 // earlier node), each producing one value whose id is the node's index.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,7 +15,7 @@ namespace ge2 {
 using ValueId = int;
 inline constexpr ValueId kNoValue = -1;
 
-enum class OpKind { Input, Gemm, BiasAdd, Activation, GemmBiasAct, Add, Mul };
+enum class OpKind { Input, Constant, Gemm, BiasAdd, Activation, GemmBiasAct, Add, Mul };
 
 const char* op_kind_name(OpKind kind);
 
@@ -34,12 +35,16 @@ struct Node {
   ValueId bias = kNoValue;                           // BiasAdd, GemmBiasAct
   GemmAttrs gemm;
   Activation act = Activation::None;
-  std::string input_name;           // Input only
+  std::string input_name;  // Input and Constant: the name
+  // Constant only: the bytes of its span, shared by copies of the graph.
+  std::shared_ptr<const std::vector<unsigned char>> constant_data;
   TensorType type;                  // the value this node produces
   bool live = true;                 // cleared by dead-node removal
   std::vector<ValueId> fused_from;  // original nodes folded into this one (for the plan text)
 
   bool is_gemm_family() const { return kind == OpKind::Gemm || kind == OpKind::GemmBiasAct; }
+  // Inputs and constants: values given from outside, not computed.
+  bool is_source() const { return kind == OpKind::Input || kind == OpKind::Constant; }
   std::vector<ValueId> operands() const;
 };
 

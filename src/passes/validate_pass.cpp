@@ -16,10 +16,16 @@ void ValidatePass::run(Graph& graph, PassLog&) const {
     }
     switch (node.kind) {
       case OpKind::Input:
-        require(!node.input_name.empty(), GE2_ERROR_INVALID_ARGUMENT, "{}: input has no name",
-                where);
+      case OpKind::Constant:
+        require(!node.input_name.empty(), GE2_ERROR_INVALID_ARGUMENT, "{}: {} has no name", where,
+                op_kind_name(node.kind));
         require(names.insert(node.input_name).second, GE2_ERROR_INVALID_ARGUMENT,
                 "{}: name '{}' is used twice", where, node.input_name);
+        require(node.kind == OpKind::Input ||
+                    (node.constant_data && node.constant_data->size() == node.type.span_bytes()),
+                GE2_ERROR_INTERNAL, "{}: constant '{}' holds {} bytes for a {}-byte span", where,
+                node.input_name, node.constant_data ? node.constant_data->size() : 0,
+                node.type.span_bytes());
         break;
       case OpKind::Gemm:
       case OpKind::GemmBiasAct:
@@ -48,9 +54,11 @@ void ValidatePass::run(Graph& graph, PassLog&) const {
     require(graph.contains(output.value), GE2_ERROR_INVALID_ARGUMENT,
             "validate: output '{}' names value {}, which does not exist", output.name,
             output.value);
-    require(graph.node(output.value).kind != OpKind::Input, GE2_ERROR_UNSUPPORTED,
-            "validate: output '{}' is the graph input '{}'; ge2 does not copy inputs to outputs",
-            output.name, graph.node(output.value).input_name);
+    require(!graph.node(output.value).is_source(), GE2_ERROR_UNSUPPORTED,
+            "validate: output '{}' is the graph {} '{}'; ge2 does not copy inputs or constants "
+            "to outputs",
+            output.name, op_kind_name(graph.node(output.value).kind),
+            graph.node(output.value).input_name);
     require(names.insert(output.name).second, GE2_ERROR_INVALID_ARGUMENT,
             "validate: name '{}' is used twice", output.name);
   }

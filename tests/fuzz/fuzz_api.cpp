@@ -55,6 +55,26 @@ ge2_tensor_desc_t read_desc(Bytes& in) {
 // missing, renamed, NULL or repeated binding, a count larger than the array
 // (which is allocated to its exact size, so ASan sees any read past it), or an
 // output bound onto another binding's memory.
+// The bytes a description spans when it is plausible and at most 1 MiB, else 0.
+std::int64_t span_bytes_if_small(const ge2_tensor_desc_t& d) {
+  if (d.rank < 1 || d.rank > 3) return 0;
+  std::int64_t dtype = 0;
+  std::memcpy(&dtype, &d.dtype, sizeof(int));
+  const std::int64_t size = (dtype & 0xffffffff) == GE2_DTYPE_F32 ? 4 : 2;
+  bool dense = true;
+  for (int i = 0; i < d.rank; ++i) {
+    if (d.shape[i] < 1 || d.shape[i] > 4096 || d.strides[i] < 0 || d.strides[i] > 4096) return 0;
+    dense = dense && d.strides[i] == 0;
+  }
+  std::int64_t elements = 1, last = 0;
+  for (int i = 0; i < d.rank; ++i) {
+    elements *= d.shape[i];
+    last += (d.shape[i] - 1) * d.strides[i];
+  }
+  const std::int64_t span = dense ? elements : last + 1;
+  return span * size <= (1 << 20) ? span * size : 0;
+}
+
 void run_plan(ge2_plan_t* plan, Bytes& in) {
   size_t count = 0;
   if (ge2_plan_io_count(plan, &count) != GE2_OK) return;
@@ -188,7 +208,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     char name[16];
     std::snprintf(name, sizeof(name), "v%d", names++ % 6);
     ge2_status_t status = GE2_OK;
-    switch (in.u8() % 8) {
+    switch (in.u8() % 10) {
       case 0:
       case 1: {
         ge2_tensor_desc_t d = read_desc(in);
@@ -228,6 +248,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 7:
         if (small) one_shot(context, in);
         break;
+      case 8: {  // a constant, with a buffer as large as its description says when that is small
+        const ge2_tensor_desc_t d = read_desc(in);
+        const std::int64_t bytes = span_bytes_if_small(d);
+        std::vector<std::uint8_t> data(static_cast<std::size_t>(bytes > 0 ? bytes : 1), in.u8());
+        status = ge2_graph_add_constant(graph, name, &d, bytes > 0 ? data.data() : nullptr, &out);
+        break;
+      }
+      case 9: {
+        const ge2_value_t a = pick(), b = pick();
+        status = raw_graph_add_elementwise(graph, in.enum_value(2), a, b, &out);
+        break;
+      }
     }
     if (status == GE2_OK && out != GE2_NO_VALUE) values.push_back(out);
   }

@@ -189,9 +189,10 @@ GemmResult run_gemm_case(ge2_context_t* context, Memory& memory, const GemmCase&
 
 std::string FfnCase::label() const {
   static const char* dtypes[] = {"?", "f16", "bf16", "f32"};
-  return fmt::format("{} {} tokens={} hidden={} intermediate={}{}{}", dtypes[dtype],
+  return fmt::format("{} {} tokens={} hidden={} intermediate={}{}{}{}", dtypes[dtype],
                      kind == FfnKind::GeluMlp ? "gelu-mlp" : "swiglu", tokens, hidden, intermediate,
-                     residual ? " +residual" : "", fuse ? " fused" : " unfused");
+                     residual ? " +residual" : "", fuse ? " fused" : " unfused",
+                     constant_weights ? " constant-weights" : "");
 }
 
 GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c) {
@@ -220,10 +221,20 @@ GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c
   ge2_gemm_attrs_t linear;  // x * W^T
   GE2_CHECK(ge2_gemm_attrs_init(&linear));
   linear.trans_b = 1;
-  auto input = [&](const char* name, const HostTensor& tensor) {
+  std::vector<ge2_binding_t> bindings;
+  auto input = [&](const char* name, HostTensor& tensor) {
     const ge2_tensor_desc_t desc = tensor.desc();
     ge2_value_t v;
     GE2_CHECK(ge2_graph_add_input(graph.get(), name, &desc, &v));
+    bindings.push_back({name, memory.upload(tensor)});
+    return v;
+  };
+  // Weights: inputs bound per execution, or constants copied from host memory now.
+  auto parameter = [&](const char* name, HostTensor& tensor) {
+    if (!c.constant_weights) return input(name, tensor);
+    const ge2_tensor_desc_t desc = tensor.desc();
+    ge2_value_t v;
+    GE2_CHECK(ge2_graph_add_constant(graph.get(), name, &desc, tensor.data(), &v));
     return v;
   };
   auto gemm = [&](ge2_value_t a, ge2_value_t w) {
@@ -231,15 +242,15 @@ GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c
     GE2_CHECK(ge2_graph_add_gemm(graph.get(), a, w, GE2_NO_VALUE, &linear, &v));
     return v;
   };
-  const ge2_value_t vx = input("x", x), vw1 = input("w1", w1), vw2 = input("w2", w2);
+  const ge2_value_t vx = input("x", x), vw1 = parameter("w1", w1), vw2 = parameter("w2", w2);
   ge2_value_t hidden_value, out;
   if (gelu) {
-    const ge2_value_t vb1 = input("b1", b1), vb2 = input("b2", b2);
+    const ge2_value_t vb1 = parameter("b1", b1), vb2 = parameter("b2", b2);
     GE2_CHECK(ge2_graph_add_bias(graph.get(), gemm(vx, vw1), vb1, &hidden_value));
     GE2_CHECK(ge2_graph_add_activation(graph.get(), hidden_value, GE2_ACT_GELU_ERF, &hidden_value));
     GE2_CHECK(ge2_graph_add_bias(graph.get(), gemm(hidden_value, vw2), vb2, &out));
   } else {
-    const ge2_value_t vw3 = input("w3", w3);
+    const ge2_value_t vw3 = parameter("w3", w3);
     ge2_value_t gate;
     GE2_CHECK(ge2_graph_add_activation(graph.get(), gemm(vx, vw1), GE2_ACT_SILU, &gate));
     GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_MUL, gate, gemm(vx, vw3),
@@ -256,18 +267,24 @@ GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c
   GE2_CHECK(ge2_plan_compile(context, graph.get(), &options, &raw_plan));
   PlanPtr plan(raw_plan);
 
-  std::vector<ge2_binding_t> bindings{{"x", memory.upload(x)},
-                                      {"w1", memory.upload(w1)},
-                                      {"w2", memory.upload(w2)},
-                                      {"y", memory.upload(y)}};
-  if (gelu) {
-    bindings.push_back({"b1", memory.upload(b1)});
-    bindings.push_back({"b2", memory.upload(b2)});
-  } else {
-    bindings.push_back({"w3", memory.upload(w3)});
-  }
+  void* y_data = memory.upload(y);
+  bindings.push_back({"y", y_data});
+  // Constants were copied when they were added: the caller's buffers may change.
+  std::vector<HostTensor> originals;
+  if (c.constant_weights)
+    for (HostTensor* w : {&w1, &w3, &w2, &b1, &b2}) {
+      originals.push_back(*w);
+      poison(*w);
+    }
   GE2_CHECK(ge2_plan_execute(plan.get(), bindings.data(), bindings.size(), memory.stream()));
-  memory.download(bindings[3].data, y);
+  memory.download(y_data, y);
+  if (c.constant_weights) {
+    w1 = originals[0];
+    w3 = originals[1];
+    w2 = originals[2];
+    b1 = originals[3];
+    b2 = originals[4];
+  }
 
   // fp64 reference, with nothing rounded in between.
   std::vector<double> hid(static_cast<std::size_t>(t * i_size)),

@@ -93,6 +93,7 @@ struct FfnCase {
   std::int64_t tokens = 1, hidden = 8, intermediate = 16;
   bool residual = true;
   bool fuse = true;
+  bool constant_weights = false;  // weights and biases given once as constants
   std::string label() const;
 };
 // Builds, compiles and runs the block on fresh random data; returns the

@@ -159,6 +159,21 @@ class Graph:
         _check(_lib.ge2_graph_add_input(self._handle, encoded, ctypes.byref(desc), ctypes.byref(out)))
         return Value(out.value)
 
+    def constant(self, name: str, array) -> Value:
+        """A named tensor whose values are copied from `array` now (NumPy, or a CPU tensor):
+        typically a weight. Plans keep their own copy (on the GPU for CUDA contexts), so it is
+        not bound at execution. Device arrays are refused: pass `array.cpu()`."""
+        f = "ge2.Graph.constant"
+        encoded = _checks.name(name, "name", f)
+        v = view(array, "array", f, want_stream=False)
+        if v.on_device:
+            raise invalid(f, f"argument 'array' is a CUDA {v.library} array; constants are copied from host "
+                             f"memory (pass array.cpu() or a NumPy array)")
+        desc = _desc(v.dtype, v.shape, v.strides, f)
+        out = ctypes.c_int32()
+        _check(_lib.ge2_graph_add_constant(self._handle, encoded, ctypes.byref(desc), v.pointer, ctypes.byref(out)))
+        return Value(out.value)
+
     @staticmethod
     def _attrs(trans_a, trans_b, alpha, beta, function):
         attrs = _capi.GemmAttrs()

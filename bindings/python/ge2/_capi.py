@@ -111,6 +111,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ge2_graph_add_activation": (S, [P, ctypes.c_int32, I, value_p]),
         "ge2_graph_add_gemm_bias_act": (S, [P, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(GemmAttrs), I, value_p]),
         "ge2_graph_add_elementwise": (S, [P, I, ctypes.c_int32, ctypes.c_int32, value_p]),
+        "ge2_graph_add_constant": (S, [P, ctypes.c_char_p, ctypes.POINTER(TensorDesc), P, value_p]),
         "ge2_graph_mark_output": (S, [P, ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(TensorDesc)]),
         "ge2_graph_get_desc": (S, [P, ctypes.c_int32, ctypes.POINTER(TensorDesc)]),
         "ge2_compile_options_init": (S, [ctypes.POINTER(CompileOptions)]),

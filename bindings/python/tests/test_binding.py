@@ -159,3 +159,24 @@ def test_swiglu_block_with_residual_through_the_graph_builder(cpu):
     assert rel_error(y, x64 + h64 @ ws["wd"].T.astype(np.float64)) <= 1e-5
     with pytest.raises(ge2.ShapeMismatchError, match="argument 'b'"):
         g.add(x, wd)
+
+
+def test_constants_are_copied_and_not_bound(cpu):
+    rng = np.random.default_rng()
+    w = rng.uniform(-1, 1, (12, 8)).astype(np.float32)  # nn.Linear [out, in]
+    given = w.copy()
+    g = ge2.Graph()
+    x = g.input("x", (3, 8), "f32")
+    g.output(g.gemm(x, g.constant("w", w.T.T), trans_b=True), "y")
+    w[:] = np.nan  # the graph copied it
+    plan = g.compile(cpu)
+    assert set(plan.io) == {"x", "y"}
+    assert plan.describe()["constant_bytes"] == 12 * 8 * 4
+    xs = rng.uniform(-1, 1, (3, 8)).astype(np.float32)
+    y = np.full((3, 12), np.nan, np.float32)
+    plan.execute({"x": xs, "y": y})
+    assert rel_error(y, xs.astype(np.float64) @ given.T.astype(np.float64)) <= 1e-5
+    with pytest.raises(ValueError, match=r"argument 'name' = 'x'.*already an input"):
+        g.constant("x", given)
+    with pytest.raises(TypeError, match="argument 'array'"):
+        g.constant("k", [[1.0]])

@@ -1,12 +1,12 @@
 // The CPU reference backend: host pointers, synchronous, every op and dtype.
-#include <unistd.h>
-
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.hpp"
 #include "core/error.hpp"
+#include "core/host_memory.hpp"
 #include "exec/backend.hpp"
 
 namespace ge2 {
@@ -48,26 +48,11 @@ class CpuElementwiseStep final : public Step {
   ElementwiseSlots slots_;
 };
 
-// Physical memory of this host in bytes, or 0 when unknown. Requests beyond it
-// fail up front: with overcommit, a huge allocation can "succeed" and the
-// process is killed later when the pages are touched.
-double physical_memory_bytes() {
-  const auto pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page_size > 0 ? static_cast<double>(pages) * page_size : 0.0;
-}
-
-void require_fits_in_memory(std::size_t bytes, const char* what) {
-  const double physical = physical_memory_bytes();
-  require(physical == 0.0 || static_cast<double>(bytes) <= physical, GE2_ERROR_OUT_OF_MEMORY,
-          "ge2_plan_compile: {} of {} bytes exceed this host's {:.0f} bytes of physical memory",
-          what, bytes, physical);
-}
-
 // Host memory for an intermediate value.
 class HostBuffer final : public Buffer {
  public:
   explicit HostBuffer(std::size_t bytes) {
-    require_fits_in_memory(bytes, "an intermediate buffer");
+    require_fits_in_host_memory(bytes, "ge2_plan_compile: an intermediate buffer");
     storage_ = std::make_unique_for_overwrite<Block[]>((bytes + 15) / 16);
   }
   void* data() override { return storage_.get(); }
@@ -100,8 +85,12 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Buffer> allocate(std::size_t bytes) override {
     return std::make_unique<HostBuffer>(bytes);
   }
-  void check_intermediate_bytes(std::size_t bytes) const override {
-    require_fits_in_memory(bytes, "the plan's intermediate buffers together");
+  void upload(Buffer& destination, const void* host, std::size_t bytes) override {
+    std::memcpy(destination.data(), host, bytes);
+  }
+  void check_plan_memory(std::size_t bytes) const override {
+    require_fits_in_host_memory(
+        bytes, "ge2_plan_compile: the plan's intermediate buffers and constants together");
   }
   void execute(const std::vector<std::unique_ptr<Step>>& steps, ExecState& state,
                const std::vector<std::size_t>&, const std::vector<bool>&) override {

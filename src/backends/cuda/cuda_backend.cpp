@@ -103,6 +103,10 @@ class CudaBackend final : public Backend {
     GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
     return std::make_unique<DeviceBufferHolder>(bytes);
   }
+  void upload(Buffer& destination, const void* host, std::size_t bytes) override {
+    GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
+    GE2_CUDA_CHECK(cudaMemcpy(destination.data(), host, bytes, cudaMemcpyHostToDevice));
+  }
   std::unique_ptr<PlanDeviceState> make_plan_state(bool graph_replay) override {
     GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
     auto state = std::make_unique<CudaPlanState>();
