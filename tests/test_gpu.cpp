@@ -508,7 +508,8 @@ TEST_CASE("gpu: elementwise add and mul with broadcasts match fp64") {
   auto context = make_context(GE2_DEVICE_CUDA);
   DeviceMemory memory;
   const std::vector<std::int64_t> shapes[][2] = {
-      {{67, 130}, {67, 130}}, {{67, 130}, {130}}, {{3, 33, 64}, {64}}, {{3, 33, 64}, {33, 64}}};
+      {{67, 130}, {67, 130}}, {{64, 128}, {64, 128}}, {{2, 40, 256}, {2, 40, 256}},
+      {{67, 130}, {130}},     {{3, 33, 64}, {64}},    {{3, 33, 64}, {33, 64}}};
   for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
     for (ge2_elementwise_op_t op : {GE2_ELEMENTWISE_ADD, GE2_ELEMENTWISE_MUL})
       for (const auto& s : shapes)

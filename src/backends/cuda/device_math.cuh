@@ -43,16 +43,23 @@ __device__ __forceinline__ float activate(int act, float x) {
   return apply_activation(static_cast<Activation>(act), x);
 }
 
-// act(x + bias) on each element of one 16-byte vector; bias only with has_bias.
+// act(combine(x, y) + bias) on each element of one 16-byte vector: y only with
+// combine (1 add, 2 multiply), bias only with has_bias.
 template <typename T>
-__device__ __forceinline__ uint4 bias_act_vector(uint4 x, bool has_bias, uint4 bias, int act) {
+__device__ __forceinline__ uint4 bias_act_vector(uint4 x, bool has_bias, uint4 bias, int act,
+                                                 int combine = 0, uint4 y = {}) {
   const T* values = reinterpret_cast<const T*>(&x);
   const T* b = reinterpret_cast<const T*>(&bias);
+  const T* others = reinterpret_cast<const T*>(&y);
   uint4 result;
   T* r = reinterpret_cast<T*>(&result);
 #pragma unroll
   for (int e = 0; e < static_cast<int>(16 / sizeof(T)); ++e) {
     float value = to_float(values[e]);
+    if (combine != 0) {
+      const float other = to_float(others[e]);
+      value = combine == 1 ? value + other : value * other;
+    }
     if (has_bias) value += to_float(b[e]);
     r[e] = from_float<T>(activate(act, value));
   }

@@ -79,16 +79,20 @@ template <typename T, int kUnroll>
 __global__ void __launch_bounds__(256)
     elementwise_flat(ElementwiseParams p, long long vectors, long long vectors_per_row) {
   const uint4* x = static_cast<const uint4*>(p.x);
+  const uint4* y = static_cast<const uint4*>(p.y);  // dense like x, with combine only
   const uint4* bias = static_cast<const uint4*>(p.bias);
   uint4* out = static_cast<uint4*>(p.out);
   const long long step = static_cast<long long>(gridDim.x) * blockDim.x * kUnroll;
   for (long long first = static_cast<long long>(blockIdx.x) * blockDim.x * kUnroll + threadIdx.x;
        first < vectors; first += step) {
-    uint4 in[kUnroll];
+    uint4 in[kUnroll], other[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const long long v = first + static_cast<long long>(u) * blockDim.x;
-      if (v < vectors) in[u] = x[v];
+      if (v < vectors) {
+        in[u] = x[v];
+        if (p.combine != 0) other[u] = y[v];
+      }
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -96,7 +100,8 @@ __global__ void __launch_bounds__(256)
       if (v >= vectors) continue;
       uint4 bias_packed{};
       if (p.has_bias) bias_packed = bias[v % vectors_per_row];
-      out[v] = bias_act_vector<T>(in[u], p.has_bias, bias_packed, p.act);
+      out[v] = bias_act_vector<T>(in[u], p.has_bias, bias_packed, p.act, p.combine,
+                                  p.combine != 0 ? other[u] : uint4{});
     }
   }
 }
@@ -114,7 +119,7 @@ void launch_typed(const ElementwiseParams& p, bool vectorise, bool dense, cudaSt
         <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, vectors, per_row);
     return;
   }
-  if (vectorise) {
+  if (vectorise && p.combine == 0) {
     const long long vectors = p.cols / (16 / static_cast<long long>(sizeof(T)));
     elementwise_vectorised<T>
         <<<grid_2d(p.batch * p.rows, vectors, kThreads), kThreads, 0, stream>>>(p);
@@ -157,16 +162,22 @@ void launch_elementwise(const ElementwiseProblem& pr, const void* x, const void*
                       : pr.combine == Combine::Mul ? 2
                                                    : 0};
   const long long vec = 16 / static_cast<long long>(dtype_size(pr.x.dtype));
-  const bool vectorise =
-      !combine && xv.col_stride == 1 && ov.col_stride == 1 && xv.cols % vec == 0 &&
-      xv.row_stride % vec == 0 && ov.row_stride % vec == 0 && xv.batch_stride % vec == 0 &&
-      ov.batch_stride % vec == 0 && misalignment_bytes(x) == 0 && misalignment_bytes(out) == 0 &&
-      (!pr.has_bias || (pr.bias_stride == 1 && misalignment_bytes(bias) == 0));
   auto dense = [](const MatrixView& v) {
     return v.col_stride == 1 && v.row_stride == v.cols &&
            (v.batch <= 1 || v.batch_stride == v.rows * v.cols);
   };
-  const bool flat = !combine && dense(xv) && dense(ov);
+  // y rides along on the flat path only when it is laid out exactly like a
+  // dense x (no broadcast); otherwise the strided kernel runs.
+  const bool y_like_x =
+      !combine ||
+      (dense(xv) && dense(ov) && yv.col_stride == 1 && yv.row_stride == xv.row_stride &&
+       (xv.batch <= 1 || yv.batch_stride == xv.batch_stride) && misalignment_bytes(y) == 0);
+  const bool vectorise =
+      y_like_x && xv.col_stride == 1 && ov.col_stride == 1 && xv.cols % vec == 0 &&
+      xv.row_stride % vec == 0 && ov.row_stride % vec == 0 && xv.batch_stride % vec == 0 &&
+      ov.batch_stride % vec == 0 && misalignment_bytes(x) == 0 && misalignment_bytes(out) == 0 &&
+      (!pr.has_bias || (pr.bias_stride == 1 && misalignment_bytes(bias) == 0));
+  const bool flat = dense(xv) && dense(ov);
   switch (pr.x.dtype) {
     case DType::F16:
       launch_typed<__half>(p, vectorise, flat, stream);

@@ -13,8 +13,10 @@ void launch_fallback_gemm(const GemmProblem& problem, const void* a, const void*
                           const void* bias, void* d, cudaStream_t stream);
 
 // out = act(combine(x, y) + bias) over any strides; x may equal out (in place).
-// Without y, row-contiguous 16-byte-aligned tensors take a vectorised path; with
-// y (an add or multiply, y broadcast through zero strides) the strided kernel runs.
+// Row-contiguous 16-byte-aligned tensors take a vectorised path, dense ones a
+// flat one; a y (add or multiply) rides along on the flat path when it is laid
+// out like a dense x, and otherwise (broadcast through zero strides, strided)
+// the strided kernel runs.
 void launch_elementwise(const ElementwiseProblem& problem, const void* x, const void* bias,
                         void* out, cudaStream_t stream, const void* y = nullptr);
 
