@@ -164,25 +164,14 @@ TEST_CASE(
     "residual, fused and unfused") {
   auto context = make_context(GE2_DEVICE_CPU);
   auto memory = host_memory();
-  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
-    for (FfnKind kind : {FfnKind::GeluMlp, FfnKind::SwiGlu})
-      for (bool residual : {false, true})
-        for (bool fuse : {false, true}) {
-          const FfnCase c{.dtype = dtype,
-                          .kind = kind,
-                          .tokens = 5,
-                          .hidden = 24,
-                          .intermediate = 40,
-                          .residual = residual,
-                          .fuse = fuse,
-                          .constant_weights = residual == fuse};
-          const GemmResult r = run_ffn_case(context.get(), *memory, c);
-          CHECK_MESSAGE(r.error <= 2 * tolerance(dtype), c.label() << " error " << r.error);
-          if (fuse && residual && kind == FfnKind::GeluMlp) {
-            // GEMM+bias+GELU, then GEMM+bias+residual: two steps.
-            CHECK(nlohmann::json::parse(r.plan_json)["steps"].size() == 2);
-          }
-        }
+  for (const FfnCase& c : ffn_cases(5, 24, 40)) {
+    const GemmResult r = run_ffn_case(context.get(), *memory, c);
+    CHECK_MESSAGE(r.error <= 2 * tolerance(c.dtype), c.label() << " error " << r.error);
+    if (c.fuse && c.residual && c.kind == FfnKind::GeluMlp) {
+      // GEMM+bias+GELU, then GEMM+bias+residual: two steps.
+      CHECK(nlohmann::json::parse(r.plan_json)["steps"].size() == 2);
+    }
+  }
 }
 
 TEST_CASE("constants: copied when added, owned by the plan, not bound, listed in the plan") {

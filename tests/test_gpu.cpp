@@ -527,29 +527,18 @@ TEST_CASE("gpu: elementwise add and mul with broadcasts match fp64") {
 TEST_CASE("gpu: FFN blocks in nn.Linear layout (GELU MLP, SwiGLU; residual; fused, unfused)") {
   auto context = make_context(GE2_DEVICE_CUDA);
   DeviceMemory memory;
-  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
-    for (FfnKind kind : {FfnKind::GeluMlp, FfnKind::SwiGlu})
-      for (bool residual : {false, true})
-        for (bool fuse : {false, true}) {
-          const FfnCase c{.dtype = dtype,
-                          .kind = kind,
-                          .tokens = 37,
-                          .hidden = 256,
-                          .intermediate = 704,
-                          .residual = residual,
-                          .fuse = fuse,
-                          .constant_weights = residual == fuse};
-          const GemmResult r = run_ffn_case(context.get(), memory, c);
-          // Two chained GEMMs: f32 may run on TF32-free cuBLASLt f32 or the fallback.
-          const double bound = dtype == GE2_DTYPE_F32 ? 1e-4 : 1e-2;
-          CHECK_MESSAGE(r.error <= bound, c.label() << " error " << r.error);
-          const auto plan = nlohmann::json::parse(r.plan_json);
-          if (fuse && residual && kind == FfnKind::GeluMlp) {
-            REQUIRE(plan["steps"].size() == 2);
-            CHECK(plan["steps"][1]["problem"]["beta"] == 1.0);
-            MESSAGE(c.label() << ": " << plan["steps"][1]["kernel"].dump());
-          }
-        }
+  for (const FfnCase& c : ffn_cases(37, 256, 704)) {
+    const GemmResult r = run_ffn_case(context.get(), memory, c);
+    // Two chained GEMMs: f32 may run on TF32-free cuBLASLt f32 or the fallback.
+    const double bound = c.dtype == GE2_DTYPE_F32 ? 1e-4 : 1e-2;
+    CHECK_MESSAGE(r.error <= bound, c.label() << " error " << r.error);
+    const auto plan = nlohmann::json::parse(r.plan_json);
+    if (c.fuse && c.residual && c.kind == FfnKind::GeluMlp) {
+      REQUIRE(plan["steps"].size() == 2);
+      CHECK(plan["steps"][1]["problem"]["beta"] == 1.0);
+      MESSAGE(c.label() << ": " << plan["steps"][1]["kernel"].dump());
+    }
+  }
 }
 
 TEST_CASE("gpu: host pointers are staged, and one-shot calls match fp64") {

@@ -195,6 +195,24 @@ std::string FfnCase::label() const {
                      constant_weights ? " constant-weights" : "");
 }
 
+std::vector<FfnCase> ffn_cases(std::int64_t tokens, std::int64_t hidden,
+                               std::int64_t intermediate) {
+  std::vector<FfnCase> cases;
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
+    for (FfnKind kind : {FfnKind::GeluMlp, FfnKind::SwiGlu})
+      for (bool residual : {false, true})
+        for (bool fuse : {false, true})
+          cases.push_back({.dtype = dtype,
+                           .kind = kind,
+                           .tokens = tokens,
+                           .hidden = hidden,
+                           .intermediate = intermediate,
+                           .residual = residual,
+                           .fuse = fuse,
+                           .constant_weights = residual == fuse});
+  return cases;
+}
+
 GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c) {
   INFO(c.label());
   const std::int64_t t = c.tokens, h = c.hidden, i_size = c.intermediate;

@@ -96,6 +96,10 @@ struct FfnCase {
   bool constant_weights = false;  // weights and biases given once as constants
   std::string label() const;
 };
+// Every dtype x kind x residual x fusion at one size; half of them (residual ==
+// fuse) with the weights as constants.
+std::vector<FfnCase> ffn_cases(std::int64_t tokens, std::int64_t hidden, std::int64_t intermediate);
+
 // Builds, compiles and runs the block on fresh random data; returns the
 // relative error of y against an fp64 reference (GemmResult's fields).
 GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c);
