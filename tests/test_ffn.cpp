@@ -167,9 +167,17 @@ TEST_CASE(
   for (const FfnCase& c : ffn_cases(5, 24, 40)) {
     const GemmResult r = run_ffn_case(context.get(), *memory, c);
     CHECK_MESSAGE(r.error <= 2 * tolerance(c.dtype), c.label() << " error " << r.error);
+    const auto steps = nlohmann::json::parse(r.plan_json)["steps"];
     if (c.fuse && c.residual && c.kind == FfnKind::GeluMlp) {
       // GEMM+bias+GELU, then GEMM+bias+residual: two steps.
-      CHECK(nlohmann::json::parse(r.plan_json)["steps"].size() == 2);
+      CHECK(steps.size() == 2);
+    }
+    if (c.fuse && c.kind == FfnKind::SwiGlu) {
+      // gate GEMM, up GEMM, silu(gate) * up in one pass, down GEMM (+ residual as C).
+      REQUIRE(steps.size() == 4);
+      CHECK(steps[0]["op"] == "gemm");
+      CHECK(steps[2]["op"] == "mul");
+      CHECK(steps[2]["input_activation"] == "silu");
     }
   }
 }
@@ -262,4 +270,62 @@ TEST_CASE("constants: bad arguments are refused with the argument named") {
   expect(ge2_graph_add_constant(graph.get(), "huge", &huge, data, &out), GE2_ERROR_OUT_OF_MEMORY, f,
          "physical memory");
   CHECK(out == 5);
+}
+
+TEST_CASE("an activation cuBLASLt lacks moves into the multiply it feeds, on either operand") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  for (ge2_activation_t act : {GE2_ACT_SILU, GE2_ACT_GELU_ERF, GE2_ACT_RELU})
+    for (bool activation_second : {false, true}) {
+      CAPTURE(act);
+      CAPTURE(activation_second);
+      auto graph = make_graph();
+      ge2_tensor_desc_t dx{GE2_DTYPE_F32, 2, {3, 4}, {0, 0}}, dw{GE2_DTYPE_F32, 2, {4, 5}, {0, 0}};
+      ge2_value_t x, w, u, g, a, y;
+      GE2_CHECK(ge2_graph_add_input(graph.get(), "x", &dx, &x));
+      GE2_CHECK(ge2_graph_add_input(graph.get(), "w", &dw, &w));
+      GE2_CHECK(ge2_graph_add_input(graph.get(), "u", &dw, &u));
+      GE2_CHECK(ge2_graph_add_gemm(graph.get(), x, w, GE2_NO_VALUE, nullptr, &g));
+      GE2_CHECK(ge2_graph_add_activation(graph.get(), g, act, &a));
+      ge2_value_t up;
+      GE2_CHECK(ge2_graph_add_gemm(graph.get(), x, u, GE2_NO_VALUE, nullptr, &up));
+      GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_MUL,
+                                          activation_second ? up : a, activation_second ? a : up,
+                                          &y));
+      GE2_CHECK(ge2_graph_mark_output(graph.get(), y, "y", nullptr));
+      ge2_plan_t* raw = nullptr;
+      GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), nullptr, &raw));
+      PlanPtr plan(raw);
+      const char* text = nullptr;
+      GE2_CHECK(ge2_plan_describe(plan.get(), &text));
+      const auto steps = nlohmann::json::parse(text)["steps"];
+      if (act == GE2_ACT_RELU) {  // cuBLASLt's epilogue computes ReLU: it stays in the GEMM
+        REQUIRE(steps.size() == 3);
+        CHECK(steps[0]["op"] == "gemm_bias_act");
+        CHECK_FALSE(steps[2].contains("input_activation"));
+      } else {
+        REQUIRE(steps.size() == 3);
+        CHECK(steps[0]["op"] == "gemm");
+        CHECK(steps[2]["input_activation"] == (act == GE2_ACT_SILU ? "silu" : "gelu_erf"));
+      }
+      std::vector<float> hx(12), hw(20), hu(20), hy(15, std::nanf(""));
+      for (std::size_t i = 0; i < hx.size(); ++i) hx[i] = 0.3f * static_cast<float>(i % 5) - 0.6f;
+      for (std::size_t i = 0; i < hw.size(); ++i) hw[i] = 0.2f * static_cast<float>(i % 7) - 0.5f;
+      for (std::size_t i = 0; i < hu.size(); ++i) hu[i] = 0.1f * static_cast<float>(i % 3) + 0.2f;
+      ge2_binding_t bindings[] = {
+          {"x", hx.data()}, {"w", hw.data()}, {"u", hu.data()}, {"y", hy.data()}};
+      GE2_CHECK(ge2_plan_execute(plan.get(), bindings, 4, nullptr));
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 5; ++j) {
+          double gv = 0, uv = 0;
+          for (int k = 0; k < 4; ++k) {
+            gv += double(hx[static_cast<std::size_t>(i * 4 + k)]) *
+                  hw[static_cast<std::size_t>(k * 5 + j)];
+            uv += double(hx[static_cast<std::size_t>(i * 4 + k)]) *
+                  hu[static_cast<std::size_t>(k * 5 + j)];
+          }
+          const double want = activation_ref(act, gv) * uv;
+          CHECK(std::abs(hy[static_cast<std::size_t>(i * 5 + j)] - want) <=
+                1e-5 * (1.0 + std::abs(want)));
+        }
+    }
 }

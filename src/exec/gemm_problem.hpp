@@ -38,11 +38,12 @@ GemmProblem make_gemm_problem(const Node& node, const std::vector<TensorType>& s
 // How an elementwise step combines x with a second operand y.
 enum class Combine { None, Add, Mul };
 
-// An elementwise step: out = act(combine(x, y) + bias), y and bias optional.
+// An elementwise step: out = act(combine(x_act(x), y) + bias), y and bias optional.
 // y is seen with x's shape: its strides are 0 along the dimensions it is broadcast over.
 struct ElementwiseProblem {
   TensorType x, out;
   Combine combine = Combine::None;
+  Activation x_act = Activation::None;  // with combine: applied to x first
   TensorType y;
   bool has_bias = false;
   std::int64_t bias_stride = 1;

@@ -78,6 +78,7 @@ ElementwiseProblem elementwise_problem(const Node& node, const std::vector<Tenso
     case OpKind::Add:
     case OpKind::Mul:
       problem.combine = node.kind == OpKind::Add ? Combine::Add : Combine::Mul;
+      problem.x_act = node.act;
       problem.y = broadcast_to(type_of(node.y), problem.x);
       return problem;
     case OpKind::Input:
@@ -201,6 +202,8 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
       plan->steps_.push_back(backend.make_elementwise(
           problem, {slot_for(node.x), slot_for(node.bias), slot, slot_for(node.y)}));
       step_json["activation"] = activation_name(problem.act);
+      if (problem.x_act != Activation::None)
+        step_json["input_activation"] = activation_name(problem.x_act);
     }
     step_json["kernel"] = plan->steps_.back()->describe();
     steps_json.push_back(step_json);

@@ -34,6 +34,8 @@ struct Node {
   ValueId y = kNoValue;                              // Add, Mul (broadcast over x)
   ValueId bias = kNoValue;                           // BiasAdd, GemmBiasAct
   GemmAttrs gemm;
+  // Activation, GemmBiasAct: the activation applied last. Mul (set by fusion):
+  // the activation applied to x before the multiply, as in silu(gate) * up.
   Activation act = Activation::None;
   std::string input_name;  // Input and Constant: the name
   // Constant only: the bytes of its span, shared by copies of the graph.

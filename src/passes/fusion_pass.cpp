@@ -43,6 +43,30 @@ ValueId residual_gemm_operand(Graph& graph, const Node& add) {
   return kNoValue;
 }
 
+// The one live node reading `id`, or kNoValue (several readers, or an output).
+ValueId sole_consumer(const Graph& graph, ValueId id) {
+  if (graph.use_count(id) != 1) return kNoValue;
+  for (const auto& output : graph.outputs())
+    if (output.value == id) return kNoValue;
+  for (ValueId user = id + 1; user < graph.size(); ++user) {
+    const Node& node = graph.node(user);
+    if (!node.live) continue;
+    for (ValueId operand : node.operands())
+      if (operand == id) return user;
+  }
+  return kNoValue;
+}
+
+// An activation cuBLASLt cannot compute in its epilogue (erf GELU, SiLU) feeding
+// only a multiply, as in silu(gate) * up: applied inside the multiply's pass it
+// costs nothing, where fused into the GEMM it costs a pass over the GEMM's result.
+bool feeds_a_multiply(const Graph& graph, ValueId id, const Node& activation) {
+  if (activation_info(activation.act).cublaslt != LtEpilogue::kNone) return false;
+  const ValueId user = sole_consumer(graph, id);
+  return user != kNoValue && graph.node(user).kind == OpKind::Mul &&
+         graph.node(user).act == Activation::None;
+}
+
 }  // namespace
 
 void FusionPass::run(Graph& graph, PassLog& log) const {
@@ -59,7 +83,8 @@ void FusionPass::run(Graph& graph, PassLog& log) const {
       absorb_gemm(node, *gemm, node.x);
     } else if (node.kind == OpKind::Activation) {
       Node* gemm = sole_use_gemm_producer(graph, node);
-      if (gemm == nullptr || gemm->act != Activation::None) continue;
+      if (gemm == nullptr || gemm->act != Activation::None || feeds_a_multiply(graph, id, node))
+        continue;
       log.notes.push_back(fmt::format("fused {} #{} + {} #{} into gemm_bias_act #{}",
                                       op_kind_name(gemm->kind), node.x, activation_name(node.act),
                                       id, id));
@@ -79,6 +104,26 @@ void FusionPass::run(Graph& graph, PassLog& log) const {
       node.act = Activation::None;
       node.c = residual;
       node.gemm.beta = 1.0f;
+    } else if (node.kind == OpKind::Mul && node.act == Activation::None) {
+      // act(a) * b or a * act(b): the activation moves into the multiply's pass,
+      // applied to its first operand (a multiply commutes).
+      for (const bool second : {false, true}) {
+        const ValueId activation_id = second ? node.y : node.x;
+        Node& producer = graph.node(activation_id);
+        if (!producer.live || producer.kind != OpKind::Activation ||
+            !feeds_a_multiply(graph, activation_id, producer))
+          continue;
+        // Only equal shapes may swap: the second operand is the one broadcast.
+        if (second && !graph.node(node.x).type.same_shape(graph.node(node.y).type)) continue;
+        log.notes.push_back(fmt::format("fused {} #{} into mul #{} (applied to its input)",
+                                        activation_name(producer.act), activation_id, id));
+        if (second) std::swap(node.x, node.y);
+        node.x = producer.x;
+        node.act = producer.act;
+        node.fused_from.push_back(activation_id);
+        producer.live = false;
+        break;
+      }
     }
   }
 }

@@ -66,6 +66,7 @@ void elementwise(const ElementwiseProblem& p, const void* x, const void* bias, c
         float value = load_as_float(
             x, p.x.dtype, batch * xv.batch_stride + i * xv.row_stride + j * xv.col_stride);
         if (p.combine != Combine::None) {
+          value = apply_activation(p.x_act, value);
           const float other = load_as_float(
               y, p.y.dtype, batch * yv.batch_stride + i * yv.row_stride + j * yv.col_stride);
           value = p.combine == Combine::Add ? value + other : value * other;

@@ -43,11 +43,11 @@ __device__ __forceinline__ float activate(int act, float x) {
   return apply_activation(static_cast<Activation>(act), x);
 }
 
-// act(combine(x, y) + bias) on each element of one 16-byte vector: y only with
-// combine (1 add, 2 multiply), bias only with has_bias.
+// act(combine(x_act(x), y) + bias) on each element of one 16-byte vector: y and
+// x_act only with combine (1 add, 2 multiply), bias only with has_bias.
 template <typename T>
 __device__ __forceinline__ uint4 bias_act_vector(uint4 x, bool has_bias, uint4 bias, int act,
-                                                 int combine = 0, uint4 y = {}) {
+                                                 int combine = 0, uint4 y = {}, int x_act = 0) {
   const T* values = reinterpret_cast<const T*>(&x);
   const T* b = reinterpret_cast<const T*>(&bias);
   const T* others = reinterpret_cast<const T*>(&y);
@@ -57,6 +57,7 @@ __device__ __forceinline__ uint4 bias_act_vector(uint4 x, bool has_bias, uint4 b
   for (int e = 0; e < static_cast<int>(16 / sizeof(T)); ++e) {
     float value = to_float(values[e]);
     if (combine != 0) {
+      value = activate(x_act, value);
       const float other = to_float(others[e]);
       value = combine == 1 ? value + other : value * other;
     }

@@ -26,6 +26,7 @@ struct ElementwiseParams {
   const void* y;  // with combine != 0 only
   long long y_bs, y_rs, y_cs;
   int combine;  // 0 none, 1 add, 2 multiply
+  int x_act;    // with combine: applied to x first
 };
 
 template <typename T>
@@ -41,6 +42,7 @@ __global__ void elementwise_strided(ElementwiseParams p) {
     const long long z = idx / (p.cols * p.rows);
     float v = to_float(x[z * p.x_bs + i * p.x_rs + j * p.x_cs]);
     if (p.combine != 0) {
+      v = activate(p.x_act, v);
       const float w = to_float(static_cast<const T*>(p.y)[z * p.y_bs + i * p.y_rs + j * p.y_cs]);
       v = p.combine == 1 ? v + w : v * w;
     }
@@ -101,7 +103,7 @@ __global__ void __launch_bounds__(256)
       uint4 bias_packed{};
       if (p.has_bias) bias_packed = bias[v % vectors_per_row];
       out[v] = bias_act_vector<T>(in[u], p.has_bias, bias_packed, p.act, p.combine,
-                                  p.combine != 0 ? other[u] : uint4{});
+                                  p.combine != 0 ? other[u] : uint4{}, p.x_act);
     }
   }
 }
@@ -160,7 +162,8 @@ void launch_elementwise(const ElementwiseProblem& pr, const void* x, const void*
                       yv.col_stride,
                       pr.combine == Combine::Add   ? 1
                       : pr.combine == Combine::Mul ? 2
-                                                   : 0};
+                                                   : 0,
+                      static_cast<int>(pr.x_act)};
   const long long vec = 16 / static_cast<long long>(dtype_size(pr.x.dtype));
   auto dense = [](const MatrixView& v) {
     return v.col_stride == 1 && v.row_stride == v.cols &&
