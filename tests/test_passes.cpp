@@ -166,3 +166,41 @@ TEST_CASE("shape inference recomputes types and catches inconsistent graphs") {
   g.node(b).type = TensorType::dense(DType::F16, 2, {15, 4, 0});
   CHECK_THROWS_WITH_AS(ShapeInferencePass().run(g, log), doctest::Contains("K=15"), Error);
 }
+
+TEST_CASE("verifier: runs after every pass and names the pass that broke an invariant") {
+  Graph g;
+  const ValueId a = input(g, "a", 8, 16), b = input(g, "b", 16, 4);
+  const ValueId d = op(g, gemm(a, b));
+  const ValueId y = op(g, activation(d, Activation::Relu));
+  g.add_output({y, "y", std::nullopt});
+  verify_graph(g, "none");  // a consistent graph passes
+
+  Graph reads_removed = g;
+  reads_removed.node(d).live = false;  // as a faulty fusion would leave it
+  CHECK_THROWS_WITH_AS(verify_graph(reads_removed, "fuse_gemm_bias_act"),
+                       doctest::Contains("after pass 'fuse_gemm_bias_act': node 3 (activation) "
+                                         "reads node 2, which was removed"),
+                       Error);
+  Graph wrong_type = g;
+  wrong_type.node(y).type = TensorType::dense(DType::F16, 2, {8, 5, 0});
+  CHECK_THROWS_WITH_AS(verify_graph(wrong_type, "x"),
+                       doctest::Contains("has type [8, 5] f16 but its operands imply [8, 4] f16"),
+                       Error);
+  Graph dead_output = g;
+  dead_output.node(y).live = false;
+  try {
+    verify_graph(dead_output, "dead_node_removal");
+    FAIL("a dead output passed the verifier");
+  } catch (const Error& e) {
+    CHECK(e.status() == GE2_ERROR_INTERNAL);
+    CHECK(std::string(e.what()).find("output 'y' names node 3") != std::string::npos);
+  }
+
+  Graph piped = g;
+  const auto records = run_pipeline(piped, true);
+  REQUIRE(records.size() == 4);
+  CHECK(records[0].pass == "validate");
+  CHECK(records[2].pass == "fuse_gemm_bias_act");
+  CHECK(records[2].notes.size() == 1);
+  CHECK(records[3].pass == "dead_node_removal");
+}

@@ -97,11 +97,8 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
                                    const CompileOptions& options) {
   Backend& backend = *backend_ptr;
   nlohmann::json passes_json = nlohmann::json::array();
-  for (const auto& pass : standard_pipeline(options.fuse)) {
-    PassLog log;
-    pass->run(graph, log);
-    passes_json.push_back({{"pass", pass->name()}, {"notes", log.notes}});
-  }
+  for (const PassRecord& record : run_pipeline(graph, options.fuse))
+    passes_json.push_back({{"pass", record.pass}, {"notes", record.notes}});
 
   auto plan = std::make_unique<Plan>(backend_ptr);
   const auto count = static_cast<std::size_t>(graph.size());

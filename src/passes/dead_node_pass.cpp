@@ -22,13 +22,4 @@ void DeadNodePass::run(Graph& graph, PassLog& log) const {
   }
 }
 
-std::vector<std::unique_ptr<Pass>> standard_pipeline(bool fuse) {
-  std::vector<std::unique_ptr<Pass>> passes;
-  passes.push_back(std::make_unique<ValidatePass>());
-  passes.push_back(std::make_unique<ShapeInferencePass>());
-  if (fuse) passes.push_back(std::make_unique<FusionPass>());
-  passes.push_back(std::make_unique<DeadNodePass>());
-  return passes;
-}
-
 }  // namespace ge2

@@ -57,4 +57,18 @@ class DeadNodePass final : public Pass {
 // The standard pipeline: validate, infer shapes, (fuse), remove dead nodes.
 std::vector<std::unique_ptr<Pass>> standard_pipeline(bool fuse);
 
+// Checks what every pass must leave true, as MLIR's verifier does between
+// passes: each live node reads only earlier, live nodes, its type is what its
+// operands imply, and every output names a live node. A violation is a bug in
+// the pass named: GE2_ERROR_INTERNAL with the node and the pass.
+void verify_graph(const Graph& graph, std::string_view after_pass);
+
+// What a pipeline run did: each pass's name and notes, in order.
+struct PassRecord {
+  std::string pass;
+  std::vector<std::string> notes;
+};
+// Runs the standard pipeline on `graph`, verifying it after every pass.
+std::vector<PassRecord> run_pipeline(Graph& graph, bool fuse);
+
 }  // namespace ge2
