@@ -31,6 +31,7 @@ step "3. Python binding and API documentation"
 GE2_LIBRARY=$ROOT/build-cpu/src/libge2.so PYTHONPATH=$ROOT/bindings/python \
   python3 -m pytest -q -rs bindings/python/tests
 python3 scripts/check_api_docs.py build-cpu/src/libge2.so docs/api.md
+python3 scripts/check_layers.py .  # the include graph follows the documented layer order
 if command -v clang-format > /dev/null; then  # the tree is clang-formatted (.clang-format)
   git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' '*.c' '*.h' | xargs clang-format --dry-run --Werror
 fi

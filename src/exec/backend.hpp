@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "exec/gemm_problem.hpp"
 #include "exec/step.hpp"
+#include "ir/kernel_problems.hpp"
 #include "select/device_info.hpp"
 #include "select/selector.hpp"
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "exec/gemm_problem.hpp"
+#include "ir/kernel_problems.hpp"
 #include "select/device_info.hpp"
 #include "select/kernel_id.hpp"
 

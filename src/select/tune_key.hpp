@@ -1,7 +1,7 @@
 // Encodes a GEMM problem as the tuning database's key.
 #pragma once
 
-#include "exec/gemm_problem.hpp"
+#include "ir/kernel_problems.hpp"
 #include "select/device_info.hpp"
 #include "select/kernel_id.hpp"
 #include "tunedb/tune_record.hpp"

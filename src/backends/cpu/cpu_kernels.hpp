@@ -2,7 +2,7 @@
 // any strides. They define what every other backend must compute.
 #pragma once
 
-#include "exec/gemm_problem.hpp"
+#include "ir/kernel_problems.hpp"
 
 namespace ge2::cpu {
 

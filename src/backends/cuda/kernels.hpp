@@ -3,7 +3,7 @@
 
 #include <cuda_runtime.h>
 
-#include "exec/gemm_problem.hpp"
+#include "ir/kernel_problems.hpp"
 
 namespace ge2::cuda {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_raii.hpp"
-#include "exec/gemm_problem.hpp"
+#include "ir/kernel_problems.hpp"
 #include "select/kernel_id.hpp"
 
 namespace ge2::cuda {

@@ -1,4 +1,5 @@
-// A GEMM node resolved to what kernels need: sizes, stored layouts, epilogue.
+// GEMM and elementwise nodes resolved to what kernels need: sizes, stored
+// layouts, epilogues. Below the selector and the executor, above the graph.
 #pragma once
 
 #include <cstdint>

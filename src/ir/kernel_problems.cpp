@@ -1,4 +1,4 @@
-#include "exec/gemm_problem.hpp"
+#include "ir/kernel_problems.hpp"
 
 #include <fmt/format.h>
 
