@@ -182,9 +182,12 @@ GemmResult run_gemm_case(ge2_context_t* context, Memory& memory, const GemmCase&
   GemmRef ref{c.trans_a, c.trans_b, c.alpha, c.beta, c.act};
   const auto expected =
       gemm_reference(a, b, c.with_c ? &cm : nullptr, c.has_bias ? &bias : nullptr, ref);
+  ref.act = GE2_ACT_NONE;
+  const auto before_activation =
+      gemm_reference(a, b, c.with_c ? &cm : nullptr, c.has_bias ? &bias : nullptr, ref);
   const char* json = nullptr;
   GE2_CHECK(ge2_plan_describe(plan.get(), &json));
-  return {relative_error(d, expected), json, padding_changed(d)};
+  return {relative_error(d, expected, &before_activation), json, padding_changed(d)};
 }
 
 std::string FfnCase::label() const {

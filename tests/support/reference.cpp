@@ -1,5 +1,6 @@
 #include "support/reference.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <limits>
@@ -119,7 +120,8 @@ std::vector<double> gemm_reference(const HostTensor& a, const HostTensor& b, con
   return out;
 }
 
-double relative_error(const HostTensor& out, const std::vector<double>& ref) {
+double relative_error(const HostTensor& out, const std::vector<double>& ref,
+                      const std::vector<double>* scale) {
   const std::int64_t batch = out.rank == 3 ? out.shape[0] : 1;
   const std::int64_t rows = out.shape[out.rank - 2], cols = out.shape[out.rank - 1];
   double diff = 0, norm = 0;
@@ -136,7 +138,11 @@ double relative_error(const HostTensor& out, const std::vector<double>& ref) {
   // drove to ~1e-35, say) is below what fp32 arithmetic resolves for O(1)
   // data: the error is then measured against that floor, not against zero.
   const double count = static_cast<double>(batch * rows * cols);
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-6 * std::sqrt(count));
+  double scale_norm = 0;
+  if (scale != nullptr)
+    for (const double v : *scale) scale_norm += v * v;
+  return std::sqrt(diff) /
+         std::max({std::sqrt(norm), std::sqrt(scale_norm), 1e-6 * std::sqrt(count)});
 }
 
 double tolerance(ge2_dtype_t dtype) {

@@ -32,11 +32,15 @@ def reference(a, b, bias, act, trans_a=False, trans_b=False, alpha=1.0):
     return d
 
 
-def rel_error(got, want):
-    """Relative Frobenius error; +inf when `got` holds a NaN or infinity (poisoned outputs). A
-    reference with an RMS below 1e-6 (below fp32's resolution for O(1) data) is measured against
-    that floor instead of against zero."""
+def rel_error(got, want, scale=None):
+    """Relative Frobenius error; +inf when `got` holds a NaN or infinity (poisoned outputs). The
+    denominator is the largest of ||want||, ||scale|| (the reference before its activation: fp32
+    evaluates act(x) with an error that grows with |x|, not |act(x)|) and 1e-6 per element (below
+    fp32's resolution for O(1) data)."""
     got = got.astype(np.float64)
     if not np.all(np.isfinite(got)):
         return math.inf
-    return np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-6 * math.sqrt(want.size))
+    floor = 1e-6 * math.sqrt(want.size)
+    if scale is not None:
+        floor = max(floor, np.linalg.norm(scale))
+    return np.linalg.norm(got - want) / max(np.linalg.norm(want), floor)

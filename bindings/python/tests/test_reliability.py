@@ -60,7 +60,8 @@ def test_one_shot_property_against_numpy(cpu, seed):
                                out=out, context=cpu)
     assert result is out
     want = reference(a.astype(dtype), b.astype(dtype), bias, act, trans_a, trans_b, alpha)
-    assert rel_error(out, want) <= bound
+    before_activation = reference(a.astype(dtype), b.astype(dtype), bias, None, trans_a, trans_b, alpha)
+    assert rel_error(out, want, before_activation) <= bound
 
 
 @pytest.mark.parametrize("seed", range(30))
