@@ -36,3 +36,14 @@ def test_committed_notebook_has_outputs():
     nb = json.loads(NOTEBOOK.read_text())
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     assert code and all(c["outputs"] for c in code), "run scripts/execute_notebook.py on a device and commit"
+
+
+def test_ffn_block_sample_runs_and_reports_a_small_error():
+    sample = ROOT / "samples" / "ffn_block.py"
+    if not sample.exists():
+        pytest.skip("not run from a source tree")
+    result = subprocess.run([sys.executable, str(sample)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    errors = [float(e) for e in re.findall(r"relative error ([0-9.e+-]+)", result.stdout)]
+    assert errors and errors[0] <= 1e-5, result.stdout
+    assert "mul(silu)" in result.stdout and "residual" in result.stdout
