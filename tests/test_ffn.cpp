@@ -16,6 +16,17 @@ struct Broadcast {
   std::vector<std::int64_t> a, b;
 };
 
+// Compiles with default options and returns the plan with its parsed description.
+std::pair<PlanPtr, nlohmann::json> compile_and_describe(ge2_context_t* context,
+                                                        const ge2_graph_t* graph) {
+  ge2_plan_t* raw = nullptr;
+  GE2_CHECK(ge2_plan_compile(context, graph, nullptr, &raw));
+  PlanPtr plan(raw);
+  const char* text = nullptr;
+  GE2_CHECK(ge2_plan_describe(plan.get(), &text));
+  return {std::move(plan), nlohmann::json::parse(text)};
+}
+
 }  // namespace
 
 TEST_CASE("elementwise: add and mul, same shape and trailing broadcasts, every dtype") {
@@ -95,12 +106,7 @@ TEST_CASE("residual add after a GEMM becomes the GEMM's C operand, in either ope
                                         residual_first ? g : x, &y));
     GE2_CHECK(ge2_graph_add_activation(graph.get(), y, GE2_ACT_RELU, &y));
     GE2_CHECK(ge2_graph_mark_output(graph.get(), y, "y", nullptr));
-    ge2_plan_t* raw = nullptr;
-    GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), nullptr, &raw));
-    PlanPtr plan(raw);
-    const char* text = nullptr;
-    GE2_CHECK(ge2_plan_describe(plan.get(), &text));
-    const auto json = nlohmann::json::parse(text);
+    const auto [plan, json] = compile_and_describe(context.get(), graph.get());
     REQUIRE(json["steps"].size() == 1);  // GEMM + bias + residual + ReLU in one step
     const auto& problem = json["steps"][0]["problem"];
     CHECK(problem["beta"] == 1.0);
@@ -149,12 +155,7 @@ TEST_CASE("residual fusion is not done where it would change the result") {
   GE2_CHECK(ge2_graph_mark_output(graph.get(), y1, "y1", nullptr));
   GE2_CHECK(ge2_graph_mark_output(graph.get(), y2, "y2", nullptr));
   GE2_CHECK(ge2_graph_mark_output(graph.get(), y3, "y3", nullptr));
-  ge2_plan_t* raw = nullptr;
-  GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), nullptr, &raw));
-  PlanPtr plan(raw);
-  const char* text = nullptr;
-  GE2_CHECK(ge2_plan_describe(plan.get(), &text));
-  const auto json = nlohmann::json::parse(text);
+  const auto [plan, json] = compile_and_describe(context.get(), graph.get());
   CHECK(json["steps"].size() == 6);  // three GEMMs, three elementwise steps
   CHECK(json["passes"][2]["notes"].dump().find("as C") == std::string::npos);
 }
@@ -292,12 +293,8 @@ TEST_CASE("an activation cuBLASLt lacks moves into the multiply it feeds, on eit
                                           activation_second ? up : a, activation_second ? a : up,
                                           &y));
       GE2_CHECK(ge2_graph_mark_output(graph.get(), y, "y", nullptr));
-      ge2_plan_t* raw = nullptr;
-      GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), nullptr, &raw));
-      PlanPtr plan(raw);
-      const char* text = nullptr;
-      GE2_CHECK(ge2_plan_describe(plan.get(), &text));
-      const auto steps = nlohmann::json::parse(text)["steps"];
+      const auto [plan, json] = compile_and_describe(context.get(), graph.get());
+      const auto& steps = json["steps"];
       if (act == GE2_ACT_RELU) {  // cuBLASLt's epilogue computes ReLU: it stays in the GEMM
         REQUIRE(steps.size() == 3);
         CHECK(steps[0]["op"] == "gemm_bias_act");
