@@ -45,6 +45,8 @@ cmake --install build-cpu --prefix /tmp/ge2-prefix > /dev/null
 cmake -S samples/consumer -B /tmp/ge2-consumer -G Ninja -DCMAKE_PREFIX_PATH=/tmp/ge2-prefix > /dev/null
 cmake --build /tmp/ge2-consumer
 LD_LIBRARY_PATH=/tmp/ge2-prefix/lib /tmp/ge2-consumer/consumer
+env -u LD_LIBRARY_PATH /tmp/ge2-prefix/bin/ge_tune --help > /dev/null  # installed tools find libge2 (RPATH)
+echo "installed ge_tune runs without LD_LIBRARY_PATH"
 
 step "5. AddressSanitizer + UndefinedBehaviorSanitizer (CPU tests)"
 CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGE2_WITH_CUDA=OFF \

@@ -22,13 +22,16 @@ from .errors import BY_STATUS, Ge2Error, InvalidArgumentError, VersionMismatchEr
 
 API_VERSION = _capi.API_VERSION  # the GE2_API_VERSION this binding was written for
 
-__all__ = ["Context", "Graph", "Plan", "Value", "gemm_bias_act", "library_version", "Ge2Error"]
+__all__ = ["Context", "Graph", "Plan", "Value", "gemm_bias_act", "library_version", "Ge2Error", "__version__"]
 
 _lib = _capi.load_library()
 if _lib.ge2_get_api_version() != _capi.API_VERSION:
     raise VersionMismatchError(
         f"libge2 implements GE2_API_VERSION {_lib.ge2_get_api_version()}, this binding was written for "
         f"{_capi.API_VERSION}; install matching versions", 9)
+
+# One source for the version: the loaded library's own (ge2_get_version_string).
+__version__ = _lib.ge2_get_version_string().decode()
 
 _DTYPE_NAMES = {"f16": _capi.DTYPE_F16, "float16": _capi.DTYPE_F16, "bf16": _capi.DTYPE_BF16,
                 "bfloat16": _capi.DTYPE_BF16, "f32": _capi.DTYPE_F32, "float32": _capi.DTYPE_F32}

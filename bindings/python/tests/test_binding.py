@@ -11,6 +11,7 @@ from reference import reference, rel_error
 def test_api_version_and_library_version():
     assert ge2._lib.ge2_get_api_version() == 2
     assert ge2.library_version().startswith("2.")
+    assert ge2.__version__ == ge2.library_version()
 
 
 @pytest.mark.parametrize("dtype,bound", [(np.float16, 2e-3), (np.float32, 1e-5)])
