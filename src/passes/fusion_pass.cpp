@@ -20,7 +20,7 @@ void absorb_gemm(Node& consumer, Node& producer, ValueId producer_id) {
   consumer.b = producer.b;
   consumer.c = producer.c;
   consumer.gemm = producer.gemm;
-  if (consumer.kind == OpKind::Activation) consumer.bias = producer.bias;
+  if (consumer.kind != OpKind::BiasAdd) consumer.bias = producer.bias;  // a bias add keeps its own
   if (consumer.kind == OpKind::BiasAdd) consumer.act = Activation::None;
   consumer.x = kNoValue;
   consumer.kind = OpKind::GemmBiasAct;
@@ -97,11 +97,8 @@ void FusionPass::run(Graph& graph, PassLog& log) const {
       log.notes.push_back(
           fmt::format("fused {} #{} + add #{} into gemm_bias_act #{} (residual #{} as C, beta 1)",
                       op_kind_name(gemm.kind), gemm_id, id, id, residual));
-      node.x = gemm_id;
       node.y = kNoValue;
       absorb_gemm(node, gemm, gemm_id);
-      node.bias = gemm.bias;
-      node.act = Activation::None;
       node.c = residual;
       node.gemm.beta = 1.0f;
     } else if (node.kind == OpKind::Mul && node.act == Activation::None) {

@@ -19,21 +19,15 @@ def invalid(function: str, message: str) -> InvalidArgumentError:
 
 
 def integer(value, argument: str, function: str, low: int = INT64_MIN, high: int = INT64_MAX) -> int:
-    """An int (or anything with __index__, not bool-like floats) in [low, high]."""
-    if isinstance(value, bool):
-        return int(value) if low <= int(value) <= high else _out_of_range(value, argument, function, low, high)
+    """An int (or anything with __index__; floats are refused, never truncated) in [low, high]."""
     try:
         result = operator.index(value)
     except TypeError:
         raise TypeError(f"{function}: argument '{argument}' = {value!r} is not an integer "
                         f"({type(value).__name__})") from None
     if not low <= result <= high:
-        _out_of_range(result, argument, function, low, high)
+        raise invalid(function, f"argument '{argument}' = {result} is outside {low}..{high}")
     return result
-
-
-def _out_of_range(value, argument, function, low, high):
-    raise invalid(function, f"argument '{argument}' = {value} is outside {low}..{high}")
 
 
 def flag(value, argument: str, function: str) -> int:
