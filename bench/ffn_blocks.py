@@ -6,28 +6,75 @@ x @ W^T), residual included.
   swiglu: y = x + down(silu(gate(x)) * up(x))        (no bias, Llama style)
 
 ge2 runs one plan per block built through the Python binding with the weights
-as constants (copied into the plan at compile); PyTorch runs eagerly. Each time
-is the median over groups of back-to-back calls timed with CUDA events, the two
-contenders interleaved group by group (ABBA) so clocks and power affect both
-alike. Outputs are checked against PyTorch in fp32.
+as constants (copied into the plan at compile, gate and up joined into one
+GEMM), eagerly and with graph_replay, and with graph_replay in a context that
+tunes each GEMM at compile (tune="tune"); PyTorch runs eagerly, as a captured CUDA
+graph and (with --compile) through torch.compile. Each time is the median over
+groups of back-to-back calls timed with CUDA events, the contenders rotated
+group by group so clocks and power affect all alike. Outputs are checked
+against PyTorch eager.
 
-    python3 bench/ffn_blocks.py --out DIR [--hidden 4096] [--inter 11008] [--tokens 16 512 4096]
+    python3 bench/ffn_blocks.py --out DIR [--hidden 4096] [--inter 11008 14336]
+        [--tokens 1 16 512 4096] [--dtypes f16 bf16] [--blocks gelu swiglu] [--compile]
 """
 import argparse
 import json
 import os
 import statistics
 
-import numpy as np
+
+def cuda_graphed(fn, x):
+    """fn(x) captured once as a CUDA graph; calls replay it on x's storage."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn(x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn(x)
+    return graph.replay
+
+
+def time_contenders(contenders, groups, inner):
+    """Median microseconds per call of each contender, rotated group by group."""
+    import torch
+
+    names = list(contenders)
+    times = {name: [] for name in names}
+    for fn in contenders.values():  # warm-up
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for group in range(groups):
+        shift = group % len(names)
+        order = names[shift:] + names[:shift]
+        if group % 2:
+            order.reverse()
+        for name in order:
+            start.record()
+            for _ in range(inner):
+                contenders[name]()
+            stop.record()
+            stop.synchronize()
+            times[name].append(start.elapsed_time(stop) * 1e3 / inner)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--hidden", type=int, default=4096)
-    parser.add_argument("--inter", type=int, default=11008)
-    parser.add_argument("--tokens", type=int, nargs="+", default=[16, 512, 4096])
-    parser.add_argument("--groups", type=int, default=20)
+    parser.add_argument("--inter", type=int, nargs="+", default=[11008, 14336])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 16, 512, 4096])
+    parser.add_argument("--dtypes", nargs="+", default=["f16", "bf16"])
+    parser.add_argument("--blocks", nargs="+", default=["swiglu", "gelu"])
+    parser.add_argument("--groups", type=int, default=21)
+    parser.add_argument("--compile", action="store_true", help="add torch.compile (slow to build)")
     args = parser.parse_args()
     import torch  # after argparse: --help works without torch
     import torch.nn.functional as F
@@ -35,68 +82,82 @@ def main():
     import ge2
 
     torch.manual_seed(0)
-    dev, dtype = "cuda", torch.float16
+    dev = "cuda"
     ctx = ge2.Context(device="cuda", tunedb="")
+    # A second context tunes every GEMM once at compile (GE2_TUNE_TUNE) into a database under --out.
+    os.makedirs(args.out, exist_ok=True)
+    tuned_ctx = ge2.Context(device="cuda", tune="tune", tunedb=os.path.join(args.out, "ffn_tunedb.sqlite"))
     rows = []
-    for kind in ("gelu", "swiglu"):
-        bias = kind == "gelu"
-        lin = lambda i, o: torch.nn.Linear(i, o, bias=bias, device=dev, dtype=dtype)  # noqa: E731
-        if kind == "gelu":
-            fc1, fc2 = lin(args.hidden, args.inter), lin(args.inter, args.hidden)
-            torch_block = lambda x: x + fc2(F.gelu(fc1(x)))  # noqa: E731
-        else:
-            gate, up, down = lin(args.hidden, args.inter), lin(args.hidden, args.inter), lin(args.inter, args.hidden)
-            torch_block = lambda x: x + down(F.silu(gate(x)) * up(x))  # noqa: E731
-        for tokens in args.tokens:
-            g = ge2.Graph()
-            x = g.input("x", (tokens, args.hidden), "f16")
-            const = lambda name, t: g.constant(name, t.detach().cpu().numpy())  # noqa: E731
-            if kind == "gelu":
-                h = g.activation(g.bias(g.gemm(x, const("w1", fc1.weight), trans_b=True), const("b1", fc1.bias)), "gelu")
-                y = g.add(g.bias(g.gemm(h, const("w2", fc2.weight), trans_b=True), const("b2", fc2.bias)), x)
-            else:
-                a = g.activation(g.gemm(x, const("wg", gate.weight), trans_b=True), "silu")
-                h = g.mul(a, g.gemm(x, const("wu", up.weight), trans_b=True))
-                y = g.add(g.gemm(h, const("wd", down.weight), trans_b=True), x)
-            g.output(y, "y")
-            plan = g.compile(ctx)
-            xs = torch.randn(tokens, args.hidden, device=dev, dtype=dtype)
-            ys = torch.empty_like(xs)
-            with torch.no_grad():
-                want = torch_block(xs.float().to(dtype)).float()
-                plan.execute({"x": xs, "y": ys})
-                torch.cuda.synchronize()
-                err = ((ys.float() - want).norm() / want.norm()).item()
-                contenders = {"ge2": lambda: plan.execute({"x": xs, "y": ys}), "torch eager": lambda: torch_block(xs)}
-                times = {name: [] for name in contenders}
-                for fn in contenders.values():  # warm-up
-                    for _ in range(3):
-                        fn()
-                torch.cuda.synchronize()
-                inner = 20 if tokens <= 512 else 5
-                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                for group in range(args.groups):
-                    order = list(contenders) if group % 4 in (0, 3) else list(reversed(contenders))  # ABBA
-                    for name in order:
-                        start.record()
-                        for _ in range(inner):
-                            contenders[name]()
-                        stop.record()
-                        stop.synchronize()
-                        times[name].append(start.elapsed_time(stop) * 1e3 / inner)
-            med = {name: statistics.median(t) for name, t in times.items()}
-            steps = [s["op"] + ("+C" if "c" in s.get("problem", {}) else "") for s in plan.describe()["steps"]]
-            row = {"block": kind, "tokens": tokens, "hidden": args.hidden, "inter": args.inter, "dtype": "f16",
-                   "ge2_us": med["ge2"], "torch_eager_us": med["torch eager"],
-                   "ratio_torch_over_ge2": med["torch eager"] / med["ge2"], "rel_error_vs_torch": err,
-                   "ge2_steps": steps}
-            rows.append(row)
-            print(f"{kind:7s} tokens {tokens:5d}: ge2 {med['ge2']:9.1f} us  torch eager {med['torch eager']:9.1f} us"
-                  f"  ratio {row['ratio_torch_over_ge2']:.3f}  err {err:.2e}  steps {steps}", flush=True)
+    for dtype_name in args.dtypes:
+        dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
+        for kind in args.blocks:
+            for inter in args.inter:
+                bias = kind == "gelu"
+                lin = lambda i, o: torch.nn.Linear(i, o, bias=bias, device=dev, dtype=dtype)  # noqa: E731
+                if kind == "gelu":
+                    fc1, fc2 = lin(args.hidden, inter), lin(inter, args.hidden)
+                    torch_block = lambda x: x + fc2(F.gelu(fc1(x)))  # noqa: E731
+                else:
+                    gate, up, down = lin(args.hidden, inter), lin(args.hidden, inter), lin(inter, args.hidden)
+                    torch_block = lambda x: x + down(F.silu(gate(x)) * up(x))  # noqa: E731
+                for tokens in args.tokens:
+                    g = ge2.Graph()
+                    x = g.input("x", (tokens, args.hidden), dtype_name)
+                    const = lambda name, t: g.constant(name, t.detach().cpu())  # noqa: E731
+                    if kind == "gelu":
+                        h = g.activation(g.bias(g.gemm(x, const("w1", fc1.weight), trans_b=True),
+                                                const("b1", fc1.bias)), "gelu")
+                        y = g.add(g.bias(g.gemm(h, const("w2", fc2.weight), trans_b=True), const("b2", fc2.bias)), x)
+                    else:
+                        a = g.activation(g.gemm(x, const("wg", gate.weight), trans_b=True), "silu")
+                        h = g.mul(a, g.gemm(x, const("wu", up.weight), trans_b=True))
+                        y = g.add(g.gemm(h, const("wd", down.weight), trans_b=True), x)
+                    g.output(y, "y")
+                    plan = g.compile(ctx)
+                    replay = g.compile(ctx, graph_replay=True)
+                    tuned = g.compile(tuned_ctx, graph_replay=True)
+                    xs = torch.randn(tokens, args.hidden, device=dev, dtype=dtype)
+                    ys, yr, yt = torch.empty_like(xs), torch.empty_like(xs), torch.empty_like(xs)
+                    with torch.no_grad():
+                        want = torch_block(xs).float()
+                        plan.execute({"x": xs, "y": ys})
+                        replay.execute({"x": xs, "y": yr})
+                        torch.cuda.synchronize()
+                        err = ((ys.float() - want).norm() / want.norm()).item()
+                        err_replay = ((yr.float() - want).norm() / want.norm()).item()
+                        contenders = {
+                            "ge2": lambda: plan.execute({"x": xs, "y": ys}),
+                            "ge2 graph_replay": lambda: replay.execute({"x": xs, "y": yr}),
+                            "ge2 tuned replay": lambda: tuned.execute({"x": xs, "y": yt}),
+                            "torch eager": lambda: torch_block(xs),
+                            "torch cuda graph": cuda_graphed(torch_block, xs),
+                        }
+                        if args.compile:
+                            compiled = torch.compile(torch_block, dynamic=False)
+                            compiled(xs)
+                            contenders["torch.compile"] = lambda: compiled(xs)
+                        inner = 20 if tokens <= 512 else 5
+                        med = time_contenders(contenders, args.groups, inner)
+                    steps = [s["op"] + ("+C" if "c" in s.get("problem", {}) else "")
+                             for s in plan.describe()["steps"]]
+                    flops = 2 * tokens * args.hidden * inter * (3 if kind == "swiglu" else 2)
+                    row = {"block": kind, "tokens": tokens, "hidden": args.hidden, "inter": inter,
+                           "dtype": dtype_name, "us": med, "tflops": {k: flops / v / 1e6 for k, v in med.items()},
+                           "eager_over_ge2": med["torch eager"] / min(med["ge2"], med["ge2 graph_replay"]),
+                           "eager_over_ge2_tuned": med["torch eager"] / med["ge2 tuned replay"],
+                           "rel_error_vs_torch": err, "rel_error_replay": err_replay, "ge2_steps": steps}
+                    rows.append(row)
+                    times = "  ".join(f"{k} {v:8.1f}" for k, v in med.items())
+                    print(f"{dtype_name:4s} {kind:6s} I={inter:5d} tokens {tokens:5d}: {times} us  "
+                          f"eager/ge2 {row['eager_over_ge2']:.3f}  err {err:.1e}  steps {steps}", flush=True)
+                    del plan, replay, tuned
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "ffn_blocks.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                   "ge2": ge2.library_version(), "rows": rows}, f, indent=1)
+                   "ge2": ge2.library_version(), "command": "python3 bench/ffn_blocks.py " +
+                   " ".join(f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                            for k, v in vars(args).items() if v is not False),
+                   "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

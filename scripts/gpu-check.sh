@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 through the device tool (see docs/gpu-validation.md):
-#   scripts/gpu-check.sh [tests|reliability|sanitize|tune|notebook|profile|bench|all]...
+#   scripts/gpu-check.sh [tests|reliability|sanitize|tune|notebook|profile|ffn|bench|all]...
 # Uses the build folder made on the development machine (build-gpu, carried;
 # the device lacks sqlite3.h), runs the gpu-labelled tests, the sample, the
 # sanitizers and the benchmarks, and prints a short table last. Logs go to $OUT.
@@ -87,6 +87,12 @@ for mode in $modes; do
       --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__block_size,launch__cluster_dim_x,launch__cluster_dim_y \
       python3 "$ROOT/bench/profile_kernels.py" > "$OUT/ncu.log" 2>&1
     note "ncu: exit $? ($(grep -c '"gpu__time_duration.sum"' "$OUT/ncu.log") kernels)"
+    ;;&
+  ffn | all)
+    # FFN blocks against PyTorch eager, CUDA graph (and torch.compile with FFN_ARGS=--compile).
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python PYTHONUNBUFFERED=1 \
+      timeout "${FFN_TIMEOUT:-400}" python3 "$ROOT/bench/ffn_blocks.py" --out "$OUT" ${FFN_ARGS:-} 2>&1 | tee "$OUT/ffn_blocks.log" | tail -40
+    note "ffn blocks: $(grep -c tokens "$OUT/ffn_blocks.log") rows"
     ;;&
   bench | all)
     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \

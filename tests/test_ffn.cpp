@@ -173,12 +173,20 @@ TEST_CASE(
       // GEMM+bias+GELU, then GEMM+bias+residual: two steps.
       CHECK(steps.size() == 2);
     }
-    if (c.fuse && c.kind == FfnKind::SwiGlu) {
-      // gate GEMM, up GEMM, silu(gate) * up in one pass, down GEMM (+ residual as C).
+    if (c.fuse && c.kind == FfnKind::SwiGlu && c.constant_weights) {
+      // [gate | up] GEMM of width 2I, silu(gate) * up in one pass, down GEMM (+ residual as C).
+      REQUIRE(steps.size() == 3);
+      CHECK(steps[0]["op"] == "gemm");
+      CHECK(steps[0]["problem"]["n"] == 2 * 40);
+      CHECK(steps[1]["op"] == "gated_mul");
+      CHECK(steps[1]["input_activation"] == "silu");
+    } else if (c.fuse && c.kind == FfnKind::SwiGlu) {
+      // Weights bound per execution cannot be joined: gate GEMM, up GEMM, mul, down GEMM.
       REQUIRE(steps.size() == 4);
       CHECK(steps[0]["op"] == "gemm");
       CHECK(steps[2]["op"] == "mul");
       CHECK(steps[2]["input_activation"] == "silu");
+      CHECK(r.plan_json.find("not concatenated: weight #") != std::string::npos);
     }
   }
 }
@@ -325,4 +333,62 @@ TEST_CASE("an activation cuBLASLt lacks moves into the multiply it feeds, on eit
                 1e-5 * (1.0 + std::abs(want)));
         }
     }
+}
+
+TEST_CASE("gated units: gate and up GEMMs become one GEMM of width 2I and a gated_mul pass") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  auto memory = host_memory();
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
+    for (ge2_activation_t act :
+         {GE2_ACT_SILU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_RELU, GE2_ACT_NONE})
+      for (bool trans_b : {true, false})
+        for (bool bias : {false, true}) {
+          const GluCase c{.dtype = dtype,
+                          .act = act,
+                          .tokens = 5,
+                          .hidden = 24,
+                          .intermediate = 40,
+                          .trans_b = trans_b,
+                          .bias = bias,
+                          .act_on_second = bias};
+          const GemmResult r = run_glu_case(context.get(), *memory, c);
+          CHECK_MESSAGE(r.error <= tolerance(dtype), c.label() << " error " << r.error);
+          const auto json = nlohmann::json::parse(r.plan_json);
+          const auto& steps = json["steps"];
+          REQUIRE_MESSAGE(steps.size() == 2, c.label() << r.plan_json);
+          CHECK(steps[0]["problem"]["n"] == 80);
+          CHECK(steps[0]["problem"]["has_bias"] == bias);
+          // Even an activation a GEMM epilogue could compute moves into the gated pass.
+          CHECK(steps[0]["problem"]["activation"] == "none");
+          CHECK(steps[1]["op"] == "gated_mul");
+          constexpr const char* kNames[] = {"none", "relu", "gelu_erf", "gelu_tanh", "silu"};
+          if (act != GE2_ACT_NONE) CHECK(steps[1]["input_activation"] == kNames[act]);
+          // One constant holds both weights (and one both biases); the originals are gone.
+          CHECK(json["constants"].size() == (bias ? 2u : 1u));
+          // Without an activation the multiply's first operand is the first half.
+          CHECK(json["constants"][0]["name"] ==
+                (act == GE2_ACT_NONE && c.act_on_second ? "w_up+w_gate" : "w_gate+w_up"));
+          CHECK(json["constant_bytes"] ==
+                (2 * 24 * 40 + (bias ? 80 : 0)) * (dtype == GE2_DTYPE_F32 ? 4 : 2));
+        }
+}
+
+TEST_CASE("gated units: left apart when joining would change what runs, and the plan says why") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  auto memory = host_memory();
+  struct Variant {
+    GluCase c;
+    const char* why;  // expected in the plan's notes
+  };
+  const Variant variants[] = {
+      {{.constant_weights = false}, "not concatenated: weight #"},
+      {{.fuse = false}, ""},
+  };
+  for (const Variant& v : variants) {
+    const GemmResult r = run_glu_case(context.get(), *memory, v.c);
+    CHECK_MESSAGE(r.error <= tolerance(v.c.dtype), v.c.label() << " error " << r.error);
+    const auto json = nlohmann::json::parse(r.plan_json);
+    CHECK(r.plan_json.find("gated_mul") == std::string::npos);
+    CHECK(r.plan_json.find(v.why) != std::string::npos);
+  }
 }

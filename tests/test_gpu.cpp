@@ -541,6 +541,34 @@ TEST_CASE("gpu: FFN blocks in nn.Linear layout (GELU MLP, SwiGLU; residual; fuse
   }
 }
 
+TEST_CASE("gpu: gated units run as one GEMM of width 2I and a gated_mul pass, matching fp64") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  // 600 tokens take the four-rows-per-thread kernel, 1 and 37 the one-row one;
+  // I = 701 leaves the up half unaligned (strided kernel).
+  const std::int64_t sizes[][2] = {{1, 704}, {37, 704}, {600, 704}, {37, 701}};
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
+    for (const auto& size : sizes)
+      for (ge2_activation_t act : {GE2_ACT_SILU, GE2_ACT_GELU_ERF, GE2_ACT_RELU})
+        for (bool trans_b : {true, false}) {
+          const GluCase c{.dtype = dtype,
+                          .act = act,
+                          .tokens = size[0],
+                          .hidden = 256,
+                          .intermediate = size[1],
+                          .trans_b = trans_b,
+                          .bias = !trans_b,
+                          .act_on_second = act == GE2_ACT_RELU};
+          const GemmResult r = run_glu_case(context.get(), memory, c);
+          CHECK_MESSAGE(r.error <= (dtype == GE2_DTYPE_F32 ? 1e-4 : 1e-2),
+                        c.label() << " error " << r.error);
+          const auto plan = nlohmann::json::parse(r.plan_json);
+          REQUIRE(plan["steps"].size() == 2);
+          CHECK(plan["steps"][0]["problem"]["n"] == 2 * size[1]);
+          CHECK(plan["steps"][1]["op"] == "gated_mul");
+        }
+}
+
 TEST_CASE("gpu: host pointers are staged, and one-shot calls match fp64") {
   auto context = make_context(GE2_DEVICE_CUDA);
   auto host = host_memory();

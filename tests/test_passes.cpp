@@ -198,9 +198,130 @@ TEST_CASE("verifier: runs after every pass and names the pass that broke an inva
 
   Graph piped = g;
   const auto records = run_pipeline(piped, true);
-  REQUIRE(records.size() == 4);
+  REQUIRE(records.size() == 5);
   CHECK(records[0].pass == "validate");
   CHECK(records[2].pass == "fuse_gemm_bias_act");
   CHECK(records[2].notes.size() == 1);
-  CHECK(records[3].pass == "dead_node_removal");
+  CHECK(records[3].pass == "concat_gate_up");
+  CHECK(records[4].pass == "dead_node_removal");
+}
+
+namespace {
+
+// A rank-2 f16 constant whose bytes count up from `first`, so a join is checkable byte by byte.
+ValueId counting_constant(Graph& g, const char* name, std::int64_t rows, std::int64_t cols,
+                          unsigned char first) {
+  Node n;
+  n.kind = OpKind::Constant;
+  n.input_name = name;
+  n.type = TensorType::dense(DType::F16, 2, {rows, cols, 0});
+  auto bytes = std::make_shared<std::vector<unsigned char>>(n.type.span_bytes());
+  for (std::size_t i = 0; i < bytes->size(); ++i)
+    (*bytes)[i] = static_cast<unsigned char>(first + i);
+  n.constant_data = bytes;
+  return g.add(n);
+}
+Node mul(ValueId x, ValueId y) {
+  Node n;
+  n.kind = OpKind::Mul;
+  n.x = x;
+  n.y = y;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("concat_gate_up: joins the weights along N in either layout, byte for byte") {
+  for (bool trans_b : {true, false}) {
+    CAPTURE(trans_b);
+    Graph g;
+    const ValueId x = input(g, "x", 4, 3);
+    // nn.Linear layout [N, K] = [2, 3]; else [K, N] = [3, 2].
+    const ValueId wg = counting_constant(g, "wg", trans_b ? 2 : 3, trans_b ? 3 : 2, 0);
+    const ValueId wu = counting_constant(g, "wu", trans_b ? 2 : 3, trans_b ? 3 : 2, 100);
+    Node gate_node = gemm(x, wg), up_node = gemm(x, wu);
+    gate_node.gemm.trans_b = up_node.gemm.trans_b = trans_b;
+    const ValueId gate = op(g, gate_node), up = op(g, up_node);
+    const ValueId act = op(g, activation(gate, Activation::Silu));
+    const ValueId y = op(g, mul(act, up));
+    g.add_output({y, "y", std::nullopt});
+    const auto records = run_pipeline(g, true);
+
+    CHECK(g.node(y).kind == OpKind::GatedMul);
+    CHECK(g.node(y).x == gate);
+    CHECK(g.node(y).act == Activation::Silu);
+    CHECK_FALSE(g.node(up).live);
+    CHECK_FALSE(g.node(wu).live);
+    CHECK(g.node(gate).type.shape_string() == "[4, 4] f16");
+    const Node& joined = g.node(wg);
+    CHECK(joined.input_name == "wg+wu");
+    std::vector<unsigned char> expected;
+    const int row_bytes = 2 * (trans_b ? 3 : 2);
+    if (trans_b) {  // rows of Wg, then rows of Wu
+      for (int i = 0; i < 12; ++i) expected.push_back(static_cast<unsigned char>(i));
+      for (int i = 0; i < 12; ++i) expected.push_back(static_cast<unsigned char>(100 + i));
+    } else {  // each row of Wg followed by the same row of Wu
+      for (int r = 0; r < 3; ++r) {
+        for (int i = 0; i < row_bytes; ++i)
+          expected.push_back(static_cast<unsigned char>(r * row_bytes + i));
+        for (int i = 0; i < row_bytes; ++i)
+          expected.push_back(static_cast<unsigned char>(100 + r * row_bytes + i));
+      }
+    }
+    CHECK(*joined.constant_data == expected);
+    CHECK(joined.type.shape_string() == (trans_b ? "[4, 3] f16" : "[3, 4] f16"));
+    CHECK(records[3].notes.size() == 1);
+  }
+}
+
+TEST_CASE(
+    "concat_gate_up: a weight with another reader or an input weight stays apart, with a note") {
+  Graph g;
+  const ValueId x = input(g, "x", 4, 3);
+  const ValueId wg = counting_constant(g, "wg", 3, 2, 0);
+  const ValueId wu = counting_constant(g, "wu", 3, 2, 50);
+  const ValueId gate = op(g, gemm(x, wg)), up = op(g, gemm(x, wu));
+  const ValueId y = op(g, mul(gate, up));
+  const ValueId other = op(g, gemm(x, wu));  // a second reader of Wu
+  g.add_output({y, "y", std::nullopt});
+  g.add_output({other, "other", std::nullopt});
+  const auto records = run_pipeline(g, true);
+  CHECK(g.node(y).kind == OpKind::Mul);
+  CHECK(g.node(up).live);
+  CHECK(g.node(wg).constant_data->size() == 12);
+  REQUIRE(records[3].notes.size() == 1);
+  CHECK(records[3].notes[0] ==
+        "gemm #3 and gemm #4 (mul #5) not concatenated: weight #2 has other readers");
+
+  Graph inputs;
+  const ValueId ix = input(inputs, "x", 4, 3);
+  const ValueId ig = input(inputs, "wg", 3, 2), iu = input(inputs, "wu", 3, 2);
+  const ValueId iy = op(inputs, mul(op(inputs, gemm(ix, ig)), op(inputs, gemm(ix, iu))));
+  inputs.add_output({iy, "y", std::nullopt});
+  const auto input_records = run_pipeline(inputs, true);
+  REQUIRE(input_records[3].notes.size() == 1);
+  CHECK(input_records[3].notes[0].find("weight #1 is a graph input, not a constant") !=
+        std::string::npos);
+}
+
+TEST_CASE("verifier: operand roles follow the op table") {
+  Graph g;
+  const ValueId x = input(g, "x", 4, 6);
+  Node gated;
+  gated.kind = OpKind::GatedMul;
+  gated.x = x;
+  const ValueId y = op(g, gated);
+  CHECK(g.node(y).type.shape_string() == "[4, 3] f16");
+  g.add_output({y, "y", std::nullopt});
+  verify_graph(g, "none");
+  Graph extra = g;
+  extra.node(y).y = x;
+  CHECK_THROWS_WITH_AS(verify_graph(extra, "p"),
+                       doctest::Contains("has operands x, y where it needs x and allows x"), Error);
+  Node odd;
+  odd.kind = OpKind::GatedMul;
+  odd.x = input(g, "z", 4, 5);
+  CHECK_THROWS_WITH_AS(infer_node_type(g, odd, "here"),
+                       doctest::Contains("here: argument 'x': last dimension 5 is not even"),
+                       Error);
 }

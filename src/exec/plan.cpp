@@ -57,10 +57,12 @@ nlohmann::json selection_json(const Selection& selection) {
           {"candidates", candidates}};
 }
 
-// The elementwise step of a bias add, an activation, an add or a multiply. A
-// kind without a step here is a compile error, never a silent substitute.
-ElementwiseProblem elementwise_problem(const Node& node, const std::vector<TensorType>& storage,
-                                       ValueId id) {
+// The elementwise step of a bias add, an activation, an add, a multiply or a
+// gated multiply, and the value its y operand reads. A kind without a step here
+// is a compile error, never a silent substitute.
+std::pair<ElementwiseProblem, ValueId> elementwise_problem(const Node& node,
+                                                           const std::vector<TensorType>& storage,
+                                                           ValueId id) {
   auto type_of = [&](ValueId v) -> const TensorType& {
     return storage[static_cast<std::size_t>(v)];
   };
@@ -71,16 +73,26 @@ ElementwiseProblem elementwise_problem(const Node& node, const std::vector<Tenso
     case OpKind::BiasAdd:
       problem.has_bias = true;
       problem.bias_stride = type_of(node.bias).strides[0];
-      return problem;
+      return {problem, kNoValue};
     case OpKind::Activation:
       problem.act = node.act;
-      return problem;
+      return {problem, kNoValue};
     case OpKind::Add:
     case OpKind::Mul:
       problem.combine = node.kind == OpKind::Add ? Combine::Add : Combine::Mul;
       problem.x_act = node.act;
       problem.y = broadcast_to(type_of(node.y), problem.x);
-      return problem;
+      return {problem, node.y};
+    case OpKind::GatedMul: {
+      // x's two halves along its last dimension, read in place: act(first) * second.
+      const int last = problem.x.rank - 1;
+      problem.x.shape[last] /= 2;
+      problem.y = problem.x;
+      problem.y_offset = problem.x.shape[last] * problem.x.strides[last];
+      problem.combine = Combine::Mul;
+      problem.x_act = node.act;
+      return {problem, node.x};
+    }
     case OpKind::Input:
     case OpKind::Constant:
     case OpKind::Gemm:
@@ -195,9 +207,9 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
       step_json["problem"] = problem_json(problem);
       step_json["selection"] = selection_json(selection);
     } else {
-      const ElementwiseProblem problem = elementwise_problem(node, storage, id);
+      const auto [problem, y] = elementwise_problem(node, storage, id);
       plan->steps_.push_back(backend.make_elementwise(
-          problem, {slot_for(node.x), slot_for(node.bias), slot, slot_for(node.y)}));
+          problem, {slot_for(node.x), slot_for(node.bias), slot, slot_for(y)}));
       step_json["activation"] = activation_name(problem.act);
       if (problem.x_act != Activation::None)
         step_json["input_activation"] = activation_name(problem.x_act);

@@ -1,31 +1,13 @@
 #include "ir/graph.hpp"
 
+#include <array>
+#include <cassert>
+#include <utility>
+
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
 
 namespace ge2 {
-
-const char* op_kind_name(OpKind kind) {
-  switch (kind) {
-    case OpKind::Input:
-      return "input";
-    case OpKind::Constant:
-      return "constant";
-    case OpKind::Gemm:
-      return "gemm";
-    case OpKind::BiasAdd:
-      return "bias_add";
-    case OpKind::Activation:
-      return "activation";
-    case OpKind::GemmBiasAct:
-      return "gemm_bias_act";
-    case OpKind::Add:
-      return "add";
-    case OpKind::Mul:
-      return "mul";
-  }
-  return "?";
-}
 
 std::vector<ValueId> Node::operands() const {
   std::vector<ValueId> ids;
@@ -142,24 +124,83 @@ TensorType infer_binary(const Graph& graph, const Node& node, const std::string&
   return TensorType::dense(x.dtype, x.rank, x.shape);
 }
 
+// out = act(x[..., :n]) * x[..., n:]: the gate and up halves of one GEMM result.
+TensorType infer_gated_mul(const Graph& graph, const Node& node, const std::string& where) {
+  const TensorType& x = operand_type(graph, node.x, "x", where);
+  require(x.rank >= 2, GE2_ERROR_SHAPE_MISMATCH, "{}: argument 'x': rank {} must be 2 or 3 ({})",
+          where, x.rank, x.shape_string());
+  const std::int64_t width = x.shape[x.rank - 1];
+  require(width % 2 == 0, GE2_ERROR_SHAPE_MISMATCH,
+          "{}: argument 'x': last dimension {} is not even ({})", where, width, x.shape_string());
+  std::array<std::int64_t, 3> shape = x.shape;
+  shape[x.rank - 1] = width / 2;
+  return TensorType::dense(x.dtype, x.rank, shape);
+}
+
+TensorType source_type(const Graph&, const Node& node, const std::string&) { return node.type; }
+
+constexpr unsigned kGemmRoles = kRoleA | kRoleB | kRoleC | kRoleBias;
+
+// Indexed by OpKind; the static_asserts below keep rows and enum in step.
+constexpr std::array<OpInfo, kOpKindCount> kOps{{
+    {OpKind::Input, "input", 0, 0, source_type},
+    {OpKind::Constant, "constant", 0, 0, source_type},
+    {OpKind::Gemm, "gemm", kRoleA | kRoleB, kGemmRoles, infer_gemm},
+    {OpKind::BiasAdd, "bias_add", kRoleX | kRoleBias, kRoleX | kRoleBias, infer_elementwise},
+    {OpKind::Activation, "activation", kRoleX, kRoleX, infer_elementwise},
+    {OpKind::GemmBiasAct, "gemm_bias_act", kRoleA | kRoleB, kGemmRoles, infer_gemm},
+    {OpKind::Add, "add", kRoleX | kRoleY, kRoleX | kRoleY, infer_binary},
+    {OpKind::Mul, "mul", kRoleX | kRoleY, kRoleX | kRoleY, infer_binary},
+    {OpKind::GatedMul, "gated_mul", kRoleX, kRoleX, infer_gated_mul},
+}};
+
+constexpr bool rows_in_enum_order() {
+  for (int i = 0; i < kOpKindCount; ++i)
+    if (static_cast<int>(kOps[static_cast<std::size_t>(i)].kind) != i) return false;
+  return true;
+}
+static_assert(rows_in_enum_order(), "kOps must list every OpKind once, in enum order");
+static_assert(static_cast<int>(OpKind::GatedMul) + 1 == kOpKindCount,
+              "kOpKindCount must count every OpKind");
+
 }  // namespace
 
-TensorType infer_node_type(const Graph& graph, const Node& node, const std::string& where) {
-  switch (node.kind) {
-    case OpKind::Input:
-    case OpKind::Constant:
-      return node.type;
-    case OpKind::Gemm:
-    case OpKind::GemmBiasAct:
-      return infer_gemm(graph, node, where);
-    case OpKind::BiasAdd:
-    case OpKind::Activation:
-      return infer_elementwise(graph, node, where);
-    case OpKind::Add:
-    case OpKind::Mul:
-      return infer_binary(graph, node, where);
+const OpInfo& op_info(OpKind kind) {
+  const auto index = static_cast<std::size_t>(kind);
+  assert(index < kOps.size());
+  return kOps[index];
+}
+
+const char* op_kind_name(OpKind kind) {
+  const auto index = static_cast<std::size_t>(kind);
+  return index < kOps.size() ? kOps[index].name : "?";
+}
+
+unsigned operand_roles(const Node& node) {
+  unsigned roles = 0;
+  for (const auto& [id, role] :
+       {std::pair{node.a, kRoleA}, std::pair{node.b, kRoleB}, std::pair{node.c, kRoleC},
+        std::pair{node.x, kRoleX}, std::pair{node.y, kRoleY}, std::pair{node.bias, kRoleBias}})
+    if (id != kNoValue) roles |= role;
+  return roles;
+}
+
+std::string role_names(unsigned roles) {
+  std::string names;
+  for (const auto& [role, name] :
+       {std::pair{kRoleA, "a"}, std::pair{kRoleB, "b"}, std::pair{kRoleC, "c"},
+        std::pair{kRoleX, "x"}, std::pair{kRoleY, "y"}, std::pair{kRoleBias, "bias"}}) {
+    if ((roles & role) == 0) continue;
+    if (!names.empty()) names += ", ";
+    names += name;
   }
-  fail(GE2_ERROR_INTERNAL, "{}: unknown op kind {}", where, static_cast<int>(node.kind));
+  return names;
+}
+
+TensorType infer_node_type(const Graph& graph, const Node& node, const std::string& where) {
+  const auto index = static_cast<std::size_t>(node.kind);
+  require(index < kOps.size(), GE2_ERROR_INTERNAL, "{}: unknown op kind {}", where, index);
+  return kOps[index].infer(graph, node, where);
 }
 
 }  // namespace ge2

@@ -15,7 +15,20 @@ namespace ge2 {
 using ValueId = int;
 inline constexpr ValueId kNoValue = -1;
 
-enum class OpKind { Input, Constant, Gemm, BiasAdd, Activation, GemmBiasAct, Add, Mul };
+// Every op of the IR; each has one row in kOps (graph.cpp) with its name,
+// operand roles and type rule. GatedMul is made by the gate/up concatenation pass.
+enum class OpKind { Input, Constant, Gemm, BiasAdd, Activation, GemmBiasAct, Add, Mul, GatedMul };
+inline constexpr int kOpKindCount = 9;
+
+// The operand roles of a node, as bits: which ones an op needs and which it may have.
+enum OperandRole : unsigned {
+  kRoleA = 1,
+  kRoleB = 2,
+  kRoleC = 4,
+  kRoleX = 8,
+  kRoleY = 16,
+  kRoleBias = 32
+};
 
 const char* op_kind_name(OpKind kind);
 
@@ -30,12 +43,13 @@ struct Node {
   OpKind kind = OpKind::Input;
   // Operands by role; unused roles hold kNoValue.
   ValueId a = kNoValue, b = kNoValue, c = kNoValue;  // GEMM family
-  ValueId x = kNoValue;                              // BiasAdd, Activation, Add, Mul
+  ValueId x = kNoValue;                              // BiasAdd, Activation, Add, Mul, GatedMul
   ValueId y = kNoValue;                              // Add, Mul (broadcast over x)
   ValueId bias = kNoValue;                           // BiasAdd, GemmBiasAct
   GemmAttrs gemm;
   // Activation, GemmBiasAct: the activation applied last. Mul (set by fusion):
   // the activation applied to x before the multiply, as in silu(gate) * up.
+  // GatedMul: out = act(x[..., :n]) * x[..., n:] for x of last dimension 2n.
   Activation act = Activation::None;
   std::string input_name;  // Input and Constant: the name
   // Constant only: the bytes of its span, shared by copies of the graph.
@@ -79,5 +93,19 @@ class Graph {
 // operands' types, or throws GE2_ERROR_SHAPE_MISMATCH / INVALID_ARGUMENT with a
 // message that starts with `where`.
 TensorType infer_node_type(const Graph& graph, const Node& node, const std::string& where);
+
+// One row per op: what the validator, the verifier and the plan text read.
+struct OpInfo {
+  OpKind kind;
+  const char* name;
+  unsigned required_roles;  // OperandRole bits that must be set
+  unsigned allowed_roles;   // bits that may be set (a superset of required_roles)
+  TensorType (*infer)(const Graph& graph, const Node& node, const std::string& where);
+};
+const OpInfo& op_info(OpKind kind);
+// The set roles of `node` as OperandRole bits.
+unsigned operand_roles(const Node& node);
+// "a, b" for kRoleA | kRoleB, as the API names the arguments.
+std::string role_names(unsigned roles);
 
 }  // namespace ge2

@@ -46,6 +46,7 @@ struct ElementwiseProblem {
   Combine combine = Combine::None;
   Activation x_act = Activation::None;  // with combine: applied to x first
   TensorType y;
+  std::int64_t y_offset = 0;  // elements from y's slot pointer to its first element
   bool has_bias = false;
   std::int64_t bias_stride = 1;
   Activation act = Activation::None;

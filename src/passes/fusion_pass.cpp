@@ -32,7 +32,7 @@ void absorb_gemm(Node& consumer, Node& producer, ValueId producer_id) {
 // (no broadcast). Its GEMM can take the other operand as C with beta = 1:
 // D = alpha*AB + bias + residual in one cuBLASLt epilogue.
 ValueId residual_gemm_operand(Graph& graph, const Node& add) {
-  for (const auto [gemm_id, residual] : {std::pair{add.x, add.y}, std::pair{add.y, add.x}}) {
+  for (const auto& [gemm_id, residual] : {std::pair{add.x, add.y}, std::pair{add.y, add.x}}) {
     const Node& gemm = graph.node(gemm_id);
     if (!gemm.live || !gemm.is_gemm_family() || gemm.act != Activation::None ||
         gemm.c != kNoValue || graph.use_count(gemm_id) != 1 || residual == gemm_id)

@@ -46,6 +46,16 @@ class FusionPass final : public Pass {
   void run(Graph& graph, PassLog& log) const override;
 };
 
+// Gate and up GEMMs of a gated block, act(x·Wg) ⊙ (x·Wu), that share x and
+// have constant weights become one GEMM against [Wg | Wu] (N doubled) followed
+// by one gated_mul pass: one weight stream and launch instead of two, and the
+// multiply reads one buffer. Notes say why a candidate pair was left alone.
+class GateUpConcatPass final : public Pass {
+ public:
+  std::string_view name() const override { return "concat_gate_up"; }
+  void run(Graph& graph, PassLog& log) const override;
+};
+
 // Marks nodes that no output depends on as dead. Graph inputs always stay, so a
 // plan's interface does not depend on what its outputs use.
 class DeadNodePass final : public Pass {
@@ -54,7 +64,7 @@ class DeadNodePass final : public Pass {
   void run(Graph& graph, PassLog& log) const override;
 };
 
-// The standard pipeline: validate, infer shapes, (fuse), remove dead nodes.
+// The standard pipeline: validate, infer shapes, (fuse, concatenate gate/up), remove dead nodes.
 std::vector<std::unique_ptr<Pass>> standard_pipeline(bool fuse);
 
 // Checks what every pass must leave true, as MLIR's verifier does between

@@ -7,7 +7,10 @@ std::vector<std::unique_ptr<Pass>> standard_pipeline(bool fuse) {
   std::vector<std::unique_ptr<Pass>> passes;
   passes.push_back(std::make_unique<ValidatePass>());
   passes.push_back(std::make_unique<ShapeInferencePass>());
-  if (fuse) passes.push_back(std::make_unique<FusionPass>());
+  if (fuse) {
+    passes.push_back(std::make_unique<FusionPass>());
+    passes.push_back(std::make_unique<GateUpConcatPass>());
+  }
   passes.push_back(std::make_unique<DeadNodePass>());
   return passes;
 }
@@ -19,6 +22,12 @@ void verify_graph(const Graph& graph, std::string_view after_pass) {
     const std::string where =
         fmt::format("ge2_plan_compile: internal error after pass '{}': node {} ({})", after_pass,
                     id, op_kind_name(node.kind));
+    const OpInfo& info = op_info(node.kind);
+    const unsigned roles = operand_roles(node);
+    require(
+        (roles & info.required_roles) == info.required_roles && (roles & ~info.allowed_roles) == 0,
+        GE2_ERROR_INTERNAL, "{} has operands {} where it needs {} and allows {}", where,
+        role_names(roles), role_names(info.required_roles), role_names(info.allowed_roles));
     for (ValueId operand : node.operands()) {
       require(operand >= 0 && operand < id, GE2_ERROR_INTERNAL,
               "{} reads {}, which is not an earlier node", where, operand);

@@ -14,36 +14,24 @@ void ValidatePass::run(Graph& graph, PassLog&) const {
       require(operand >= 0 && operand < id, GE2_ERROR_INVALID_ARGUMENT,
               "{}: operand {} is not an earlier node", where, operand);
     }
-    switch (node.kind) {
-      case OpKind::Input:
-      case OpKind::Constant:
-        require(!node.input_name.empty(), GE2_ERROR_INVALID_ARGUMENT, "{}: {} has no name", where,
-                op_kind_name(node.kind));
-        require(names.insert(node.input_name).second, GE2_ERROR_INVALID_ARGUMENT,
-                "{}: name '{}' is used twice", where, node.input_name);
-        require(node.kind == OpKind::Input ||
-                    (node.constant_data && node.constant_data->size() == node.type.span_bytes()),
-                GE2_ERROR_INTERNAL, "{}: constant '{}' holds {} bytes for a {}-byte span", where,
-                node.input_name, node.constant_data ? node.constant_data->size() : 0,
-                node.type.span_bytes());
-        break;
-      case OpKind::Gemm:
-      case OpKind::GemmBiasAct:
-        require(node.a != kNoValue && node.b != kNoValue, GE2_ERROR_INVALID_ARGUMENT,
-                "{}: a GEMM needs operands a and b", where);
-        break;
-      case OpKind::BiasAdd:
-        require(node.x != kNoValue && node.bias != kNoValue, GE2_ERROR_INVALID_ARGUMENT,
-                "{}: a bias add needs operands x and bias", where);
-        break;
-      case OpKind::Activation:
-        require(node.x != kNoValue, GE2_ERROR_INVALID_ARGUMENT, "{}: an activation needs x", where);
-        break;
-      case OpKind::Add:
-      case OpKind::Mul:
-        require(node.x != kNoValue && node.y != kNoValue, GE2_ERROR_INVALID_ARGUMENT,
-                "{}: an elementwise {} needs operands a and b", where, op_kind_name(node.kind));
-        break;
+    const OpInfo& info = op_info(node.kind);
+    const unsigned roles = operand_roles(node);
+    require((roles & info.required_roles) == info.required_roles, GE2_ERROR_INVALID_ARGUMENT,
+            "{}: a {} needs operands {} but has {}", where, info.name,
+            role_names(info.required_roles), roles == 0 ? "none" : role_names(roles));
+    require((roles & ~info.allowed_roles) == 0, GE2_ERROR_INVALID_ARGUMENT,
+            "{}: a {} takes no operand {}", where, info.name,
+            role_names(roles & ~info.allowed_roles));
+    if (node.is_source()) {
+      require(!node.input_name.empty(), GE2_ERROR_INVALID_ARGUMENT, "{}: {} has no name", where,
+              info.name);
+      require(names.insert(node.input_name).second, GE2_ERROR_INVALID_ARGUMENT,
+              "{}: name '{}' is used twice", where, node.input_name);
+      require(node.kind == OpKind::Input ||
+                  (node.constant_data && node.constant_data->size() == node.type.span_bytes()),
+              GE2_ERROR_INTERNAL, "{}: constant '{}' holds {} bytes for a {}-byte span", where,
+              node.input_name, node.constant_data ? node.constant_data->size() : 0,
+              node.type.span_bytes());
     }
     require(is_valid_activation(static_cast<int>(node.act)), GE2_ERROR_INVALID_ARGUMENT,
             "{}: unknown activation {}", where, static_cast<int>(node.act));

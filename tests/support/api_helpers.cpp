@@ -338,6 +338,100 @@ GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c
   return result;
 }
 
+std::string GluCase::label() const {
+  return fmt::format(
+      "glu {} act={} {}x{}x{} trans_b={} bias={} act_on_second={} constant={} "
+      "fuse={}",
+      static_cast<int>(dtype), static_cast<int>(act), tokens, hidden, intermediate, trans_b, bias,
+      act_on_second, constant_weights, fuse);
+}
+
+GemmResult run_glu_case(ge2_context_t* context, Memory& memory, const GluCase& c) {
+  INFO(c.label());
+  const std::int64_t t = c.tokens, h = c.hidden, n = c.intermediate;
+  HostTensor x = make_tensor(c.dtype, {t, h});
+  fill_random(x);
+  const double bound = 1.0 / std::sqrt(static_cast<double>(h));
+  auto weight = [&] {
+    HostTensor w = make_tensor(
+        c.dtype, c.trans_b ? std::vector<std::int64_t>{n, h} : std::vector<std::int64_t>{h, n});
+    fill_random(w, -bound, bound);
+    return w;
+  };
+  HostTensor wg = weight(), wu = weight();
+  HostTensor bg = make_tensor(c.dtype, {n}), bu = make_tensor(c.dtype, {n});
+  fill_random(bg);
+  fill_random(bu);
+  HostTensor y = make_tensor(c.dtype, {t, n});
+  poison(y);
+
+  GraphPtr graph = make_graph();
+  std::vector<ge2_binding_t> bindings;
+  auto parameter = [&](const char* name, HostTensor& tensor) {
+    const ge2_tensor_desc_t desc = tensor.desc();
+    ge2_value_t v;
+    if (c.constant_weights) {
+      GE2_CHECK(ge2_graph_add_constant(graph.get(), name, &desc, tensor.data(), &v));
+    } else {
+      GE2_CHECK(ge2_graph_add_input(graph.get(), name, &desc, &v));
+      bindings.push_back({name, memory.upload(tensor)});
+    }
+    return v;
+  };
+  const ge2_tensor_desc_t dx = x.desc();
+  ge2_value_t vx;
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "x", &dx, &vx));
+  bindings.push_back({"x", memory.upload(x)});
+  ge2_gemm_attrs_t attrs;
+  GE2_CHECK(ge2_gemm_attrs_init(&attrs));
+  attrs.trans_b = c.trans_b;
+  auto linear = [&](const char* w_name, HostTensor& w, const char* b_name, HostTensor& b) {
+    ge2_value_t v;
+    GE2_CHECK(ge2_graph_add_gemm(graph.get(), vx, parameter(w_name, w), GE2_NO_VALUE, &attrs, &v));
+    if (c.bias) GE2_CHECK(ge2_graph_add_bias(graph.get(), v, parameter(b_name, b), &v));
+    return v;
+  };
+  ge2_value_t gate = linear("w_gate", wg, "b_gate", bg);
+  const ge2_value_t up = linear("w_up", wu, "b_up", bu);
+  if (c.act != GE2_ACT_NONE) GE2_CHECK(ge2_graph_add_activation(graph.get(), gate, c.act, &gate));
+  ge2_value_t out;
+  GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_MUL, c.act_on_second ? up : gate,
+                                      c.act_on_second ? gate : up, &out));
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), out, "y", nullptr));
+  ge2_compile_options_t options;
+  GE2_CHECK(ge2_compile_options_init(&options));
+  options.fuse = c.fuse;
+  ge2_plan_t* raw_plan = nullptr;
+  GE2_CHECK(ge2_plan_compile(context, graph.get(), &options, &raw_plan));
+  PlanPtr plan(raw_plan);
+  void* y_data = memory.upload(y);
+  bindings.push_back({"y", y_data});
+  GE2_CHECK(ge2_plan_execute(plan.get(), bindings.data(), bindings.size(), memory.stream()));
+  memory.download(y_data, y);
+
+  std::vector<double> ref(static_cast<std::size_t>(t * n)), pre(ref.size());
+  auto w_at = [&](const HostTensor& w, std::int64_t k, std::int64_t j) {
+    return c.trans_b ? w.get(w.offset(0, j, k)) : w.get(w.offset(0, k, j));
+  };
+  for (std::int64_t r = 0; r < t; ++r)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double g = c.bias ? bg.get(j) : 0.0, u = c.bias ? bu.get(j) : 0.0;
+      for (std::int64_t k = 0; k < h; ++k) {
+        g += x.get(x.offset(0, r, k)) * w_at(wg, k, j);
+        u += x.get(x.offset(0, r, k)) * w_at(wu, k, j);
+      }
+      const auto at = static_cast<std::size_t>(r * n + j);
+      ref[at] = activation_ref(c.act, g) * u;
+      pre[at] = g * u;
+    }
+  GemmResult result;
+  result.error = relative_error(y, ref, &pre);
+  const char* text = nullptr;
+  GE2_CHECK(ge2_plan_describe(plan.get(), &text));
+  result.plan_json = text;
+  return result;
+}
+
 ElementwiseResult run_elementwise_case(ge2_context_t* context, Memory& memory, ge2_dtype_t dtype,
                                        ge2_elementwise_op_t op,
                                        const std::vector<std::int64_t>& a_shape,

@@ -104,6 +104,22 @@ std::vector<FfnCase> ffn_cases(std::int64_t tokens, std::int64_t hidden, std::in
 // relative error of y against an fp64 reference (GemmResult's fields).
 GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c);
 
+// A gated linear unit y = act(x Wg + bg) * (x Wu + bu) with constant weights,
+// the pattern the gate/up concatenation pass turns into one GEMM of width 2I
+// and one gated_mul pass.
+struct GluCase {
+  ge2_dtype_t dtype = GE2_DTYPE_F32;
+  ge2_activation_t act = GE2_ACT_SILU;
+  std::int64_t tokens = 3, hidden = 8, intermediate = 16;
+  bool trans_b = true;           // nn.Linear's [out, in] weights, else [in, out]
+  bool bias = false;             // bias adds after both GEMMs
+  bool act_on_second = false;    // mul(up, act(gate)) instead of mul(act(gate), up)
+  bool constant_weights = true;  // inputs instead leave the GEMMs apart
+  bool fuse = true;
+  std::string label() const;
+};
+GemmResult run_glu_case(ge2_context_t* context, Memory& memory, const GluCase& c);
+
 // Compiles (without fusion) a graph whose [2^20, cols] f32 intermediate is far
 // too large for any memory: an out-of-memory path that must end in a status.
 ge2_status_t compile_with_huge_intermediate(ge2_context_t* context, std::int64_t cols,

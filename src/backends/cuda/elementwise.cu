@@ -1,6 +1,7 @@
-// out = act(combine(x, y) + bias): a strided kernel for any layout, a vectorised one
-// (16-byte loads and stores) for row-contiguous, aligned tensors, and a flat
-// one for dense tensors, which is the path the erf-GELU pass after a cuBLASLt
+// out = act(combine(x_act(x), y) + bias): a strided kernel for any layout, a
+// row kernel (16-byte loads and stores) for row-contiguous, aligned tensors —
+// the gated pass over the two halves of a [gate | up] GEMM result takes it —
+// and a flat one for dense tensors, which the erf-GELU pass after a cuBLASLt
 // GEMM takes.
 #include <algorithm>
 #include <cstdint>
@@ -51,25 +52,48 @@ __global__ void elementwise_strided(ElementwiseParams p) {
   }
 }
 
-// A 2-D grid: y strides over the rows of all batches, x over the 16-byte
-// vectors of a row, so no thread divides per element; bias is read once per vector.
-template <typename T>
-__global__ void elementwise_vectorised(ElementwiseParams p) {
+// A 2-D grid for row-contiguous tensors (a gated pass reads the two halves of
+// one wider row; y may also be broadcast over rows): y strides over groups of
+// kRows rows, x over the 16-byte vectors of a row, so no thread divides per
+// element. Each thread issues the loads of all kRows rows before it computes:
+// a pass this light is bound by the bytes in flight.
+template <typename T, int kRows>
+__global__ void __launch_bounds__(256) elementwise_rows(ElementwiseParams p) {
   constexpr int kVec = 16 / sizeof(T);
   const long long vectors_per_row = p.cols / kVec;
   const long long rows_total = p.batch * p.rows;
   const T* bias = static_cast<const T*>(p.bias);
-  for (long long row = blockIdx.y; row < rows_total; row += gridDim.y) {
-    const long long z = row / p.rows, i = row - z * p.rows;
-    const T* x_row = static_cast<const T*>(p.x) + z * p.x_bs + i * p.x_rs;
-    T* out_row = static_cast<T*>(p.out) + z * p.o_bs + i * p.o_rs;
+  for (long long first_row = static_cast<long long>(blockIdx.y) * kRows; first_row < rows_total;
+       first_row += static_cast<long long>(gridDim.y) * kRows) {
+    long long x_at[kRows], y_at[kRows], out_at[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const long long row = first_row + r;
+      const long long z = row / p.rows, i = row - z * p.rows;
+      x_at[r] = z * p.x_bs + i * p.x_rs;
+      y_at[r] = z * p.y_bs + i * p.y_rs;
+      out_at[r] = z * p.o_bs + i * p.o_rs;
+    }
     for (long long vj = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x;
          vj < vectors_per_row; vj += static_cast<long long>(gridDim.x) * blockDim.x) {
-      const uint4 packed = *reinterpret_cast<const uint4*>(x_row + vj * kVec);
+      uint4 in[kRows], other[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (first_row + r >= rows_total) continue;
+        in[r] = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + x_at[r] + vj * kVec);
+        other[r] =
+            p.combine != 0
+                ? *reinterpret_cast<const uint4*>(static_cast<const T*>(p.y) + y_at[r] + vj * kVec)
+                : uint4{};
+      }
       uint4 bias_packed{};
       if (p.has_bias) bias_packed = *reinterpret_cast<const uint4*>(bias + vj * kVec);
-      *reinterpret_cast<uint4*>(out_row + vj * kVec) =
-          bias_act_vector<T>(packed, p.has_bias, bias_packed, p.act);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (first_row + r >= rows_total) continue;
+        *reinterpret_cast<uint4*>(static_cast<T*>(p.out) + out_at[r] + vj * kVec) =
+            bias_act_vector<T>(in[r], p.has_bias, bias_packed, p.act, p.combine, other[r], p.x_act);
+      }
     }
   }
 }
@@ -121,10 +145,17 @@ void launch_typed(const ElementwiseParams& p, bool vectorise, bool dense, cudaSt
         <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, vectors, per_row);
     return;
   }
-  if (vectorise && p.combine == 0) {
+  if (vectorise) {
     const long long vectors = p.cols / (16 / static_cast<long long>(sizeof(T)));
-    elementwise_vectorised<T>
-        <<<grid_2d(p.batch * p.rows, vectors, kThreads), kThreads, 0, stream>>>(p);
+    const long long rows = p.batch * p.rows;
+    // Four rows per thread once there are rows enough to fill the chip that way.
+    if (rows >= 4 * 132) {
+      constexpr int kRows = 4;
+      elementwise_rows<T, kRows>
+          <<<grid_2d((rows + kRows - 1) / kRows, vectors, kThreads), kThreads, 0, stream>>>(p);
+    } else {
+      elementwise_rows<T, 1><<<grid_2d(rows, vectors, kThreads), kThreads, 0, stream>>>(p);
+    }
     return;
   }
   const long long work = p.batch * p.rows * p.cols;
@@ -169,18 +200,19 @@ void launch_elementwise(const ElementwiseProblem& pr, const void* x, const void*
     return v.col_stride == 1 && v.row_stride == v.cols &&
            (v.batch <= 1 || v.batch_stride == v.rows * v.cols);
   };
-  // y rides along on the flat path only when it is laid out exactly like a
-  // dense x (no broadcast); otherwise the strided kernel runs.
-  const bool y_like_x =
-      !combine ||
-      (dense(xv) && dense(ov) && yv.col_stride == 1 && yv.row_stride == xv.row_stride &&
-       (xv.batch <= 1 || yv.batch_stride == xv.batch_stride) && misalignment_bytes(y) == 0);
-  const bool vectorise =
-      y_like_x && xv.col_stride == 1 && ov.col_stride == 1 && xv.cols % vec == 0 &&
-      xv.row_stride % vec == 0 && ov.row_stride % vec == 0 && xv.batch_stride % vec == 0 &&
-      ov.batch_stride % vec == 0 && misalignment_bytes(x) == 0 && misalignment_bytes(out) == 0 &&
-      (!pr.has_bias || (pr.bias_stride == 1 && misalignment_bytes(bias) == 0));
-  const bool flat = dense(xv) && dense(ov);
+  // y rides along on the row kernel when its rows are 16-byte vectors (it may
+  // be broadcast over rows or batches: stride 0), and on the flat kernel only
+  // when it is laid out exactly like a dense x.
+  const bool y_rows = !combine || (yv.col_stride == 1 && yv.row_stride % vec == 0 &&
+                                   yv.batch_stride % vec == 0 && misalignment_bytes(y) == 0);
+  const bool y_like_x = !combine || (yv.row_stride == xv.row_stride &&
+                                     (xv.batch <= 1 || yv.batch_stride == xv.batch_stride));
+  const bool vectorise = y_rows && xv.col_stride == 1 && ov.col_stride == 1 && xv.cols % vec == 0 &&
+                         xv.row_stride % vec == 0 && ov.row_stride % vec == 0 &&
+                         xv.batch_stride % vec == 0 && ov.batch_stride % vec == 0 &&
+                         misalignment_bytes(x) == 0 && misalignment_bytes(out) == 0 &&
+                         (!pr.has_bias || (pr.bias_stride == 1 && misalignment_bytes(bias) == 0));
+  const bool flat = dense(xv) && dense(ov) && y_like_x;
   switch (pr.x.dtype) {
     case DType::F16:
       launch_typed<__half>(p, vectorise, flat, stream);

@@ -13,10 +13,10 @@ void launch_fallback_gemm(const GemmProblem& problem, const void* a, const void*
                           const void* bias, void* d, cudaStream_t stream);
 
 // out = act(combine(x, y) + bias) over any strides; x may equal out (in place).
-// Row-contiguous 16-byte-aligned tensors take a vectorised path, dense ones a
-// flat one; a y (add or multiply) rides along on the flat path when it is laid
-// out like a dense x, and otherwise (broadcast through zero strides, strided)
-// the strided kernel runs.
+// Row-contiguous 16-byte-aligned tensors take a row path, dense ones a flat
+// one; a y (add or multiply) rides along on the flat path when it is laid out
+// like a dense x, on the row path when its rows are aligned 16-byte vectors
+// (broadcast over rows included), and otherwise the strided kernel runs.
 void launch_elementwise(const ElementwiseProblem& problem, const void* x, const void* bias,
                         void* out, cudaStream_t stream, const void* y = nullptr);
 

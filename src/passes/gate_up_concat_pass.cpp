@@ -1,0 +1,133 @@
+#include <cstring>
+#include <optional>
+
+#include "core/error.hpp"
+#include "passes/pass.hpp"
+
+namespace ge2 {
+namespace {
+
+// The concatenation [first | second] of two dense constants along `axis`
+// (0: rows, 1: columns) of their rank-2 or rank-1 shapes.
+std::shared_ptr<const std::vector<unsigned char>> concatenate(const Node& first, const Node& second,
+                                                              int axis) {
+  const auto& p = *first.constant_data;
+  const auto& q = *second.constant_data;
+  auto joined = std::make_shared<std::vector<unsigned char>>();
+  joined->reserve(p.size() + q.size());
+  if (axis == 0) {
+    joined->insert(joined->end(), p.begin(), p.end());
+    joined->insert(joined->end(), q.begin(), q.end());
+    return joined;
+  }
+  const std::int64_t rows = first.type.shape[0];
+  const std::size_t p_row = p.size() / static_cast<std::size_t>(rows);
+  const std::size_t q_row = q.size() / static_cast<std::size_t>(rows);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const auto row = static_cast<std::size_t>(r);
+    joined->insert(joined->end(), p.begin() + static_cast<std::ptrdiff_t>(row * p_row),
+                   p.begin() + static_cast<std::ptrdiff_t>((row + 1) * p_row));
+    joined->insert(joined->end(), q.begin() + static_cast<std::ptrdiff_t>(row * q_row),
+                   q.begin() + static_cast<std::ptrdiff_t>((row + 1) * q_row));
+  }
+  return joined;
+}
+
+bool is_dense(const TensorType& type) {
+  const TensorType dense = TensorType::dense(type.dtype, type.rank, type.shape);
+  for (int i = 0; i < type.rank; ++i)
+    if (type.shape[i] > 1 && type.strides[i] != dense.strides[i]) return false;
+  return true;
+}
+
+// Why the weight (or bias) `id` cannot be joined with its partner, or "".
+std::string unjoinable(const Graph& graph, ValueId id, int rank, const char* role) {
+  const Node& node = graph.node(id);
+  if (node.kind != OpKind::Constant)
+    return fmt::format("{} #{} is a graph input, not a constant", role, id);
+  if (node.type.rank != rank) return fmt::format("{} #{} has rank {}", role, id, node.type.rank);
+  if (!is_dense(node.type)) return fmt::format("{} #{} is strided", role, id);
+  if (graph.use_count(id) != 1) return fmt::format("{} #{} has other readers", role, id);
+  return "";
+}
+
+// Why the GEMMs `gate` and `up`, both read only by `mul`, cannot become one, or "".
+std::string why_not(const Graph& graph, ValueId gate_id, ValueId up_id) {
+  const Node& gate = graph.node(gate_id);
+  const Node& up = graph.node(up_id);
+  if (graph.use_count(gate_id) != 1 || graph.use_count(up_id) != 1)
+    return "a GEMM result has other readers";
+  if (gate.c != kNoValue || up.c != kNoValue) return "a GEMM has a C operand";
+  if (gate.gemm.trans_a != up.gemm.trans_a || gate.gemm.trans_b != up.gemm.trans_b ||
+      gate.gemm.alpha != up.gemm.alpha)
+    return "the GEMMs differ in transposes or alpha";
+  if (!graph.node(gate.b).type.same_shape(graph.node(up.b).type))
+    return "the weights differ in shape";
+  for (const auto& [id, role] : {std::pair{gate.b, "weight"}, std::pair{up.b, "weight"}})
+    if (auto why = unjoinable(graph, id, 2, role); !why.empty()) return why;
+  if ((gate.bias == kNoValue) != (up.bias == kNoValue)) return "only one GEMM has a bias";
+  if (gate.bias != kNoValue)
+    for (const ValueId id : {gate.bias, up.bias})
+      if (auto why = unjoinable(graph, id, 1, "bias"); !why.empty()) return why;
+  return "";
+}
+
+// Replaces constant `into` by [into | other] along `axis`; `other` is left for dead-node removal.
+void join_constants(Graph& graph, ValueId into, ValueId other, int axis) {
+  Node& node = graph.node(into);
+  const Node& second = graph.node(other);
+  node.constant_data = concatenate(node, second, axis);
+  std::array<std::int64_t, 3> shape = node.type.shape;
+  shape[axis] += second.type.shape[axis];
+  node.type = TensorType::dense(node.type.dtype, node.type.rank, shape);
+  node.input_name = fmt::format("{}+{}", node.input_name, second.input_name);
+}
+
+}  // namespace
+
+void GateUpConcatPass::run(Graph& graph, PassLog& log) const {
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    Node& mul = graph.node(id);
+    if (!mul.live || mul.kind != OpKind::Mul) continue;
+    ValueId gate_id = mul.x, up_id = mul.y;
+    if (gate_id == up_id || !graph.node(gate_id).is_gemm_family() ||
+        !graph.node(up_id).is_gemm_family() || graph.node(gate_id).a != graph.node(up_id).a)
+      continue;
+    // At most one activation among the three places fusion may have put it; it
+    // moves into the gated pass, applied to the gate half.
+    const Activation up_act = graph.node(up_id).act;
+    if (mul.act == Activation::None && graph.node(gate_id).act == Activation::None &&
+        up_act != Activation::None)
+      std::swap(gate_id, up_id);
+    Node& gate = graph.node(gate_id);
+    Node& up = graph.node(up_id);
+    const int activations = (mul.act != Activation::None) + (gate.act != Activation::None) +
+                            (up.act != Activation::None);
+    std::string why =
+        activations > 1 ? "both halves have an activation" : why_not(graph, gate_id, up_id);
+    if (!why.empty()) {
+      log.notes.push_back(fmt::format("gemm #{} and gemm #{} (mul #{}) not concatenated: {}",
+                                      gate_id, up_id, id, why));
+      continue;
+    }
+    const Activation act = mul.act != Activation::None ? mul.act : gate.act;
+    // B is [K, N] or, transposed (nn.Linear's [out, in]), [N, K]: N grows along
+    // columns or rows. Bias is [N].
+    join_constants(graph, gate.b, up.b, gate.gemm.trans_b ? 0 : 1);
+    if (gate.bias != kNoValue) join_constants(graph, gate.bias, up.bias, 0);
+    log.notes.push_back(fmt::format(
+        "concatenated gemm #{} and gemm #{} (shared A #{}, constant weights) into gemm #{} of "
+        "twice the width; mul #{} became gated_mul({})",
+        gate_id, up_id, gate.a, gate_id, id, activation_name(act)));
+    gate.act = Activation::None;
+    gate.fused_from.push_back(up_id);
+    gate.type = infer_node_type(graph, gate, fmt::format("concat_gate_up: node {}", gate_id));
+    up.live = false;
+    mul.kind = OpKind::GatedMul;
+    mul.x = gate_id;
+    mul.y = kNoValue;
+    mul.act = act;
+  }
+}
+
+}  // namespace ge2
