@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,13 @@ class Backend {
   // Measured times from the tuning cache, for the selector; empty by default.
   virtual MeasuredTime measured_times() { return {}; }
 
-  // `staged`: copy the operands into aligned buffers first (cuBLASLt 16-bit kernels).
+  // The GEMM kernels this backend can build, for the selector to rank (as ggml's
+  // backends answer "do you support this op?").
+  virtual std::span<const KernelId> gemm_kernels() const = 0;
+  // Builds the step of `kernel`, one of gemm_kernels(). `staged`: copy the
+  // operands into aligned buffers first (cuBLASLt 16-bit kernels). Throws
+  // GE2_ERROR_UNSUPPORTED or GE2_ERROR_CUBLAS when the kernel cannot run this
+  // problem; it never builds another kernel in its place.
   virtual std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
                                           KernelId kernel, bool staged) = 0;
   virtual std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,

@@ -199,11 +199,22 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
                              {"output", storage[static_cast<std::size_t>(id)].shape_string()}};
     if (node.is_gemm_family()) {
       const GemmProblem problem = make_gemm_problem(node, storage, id);
-      const Selection selection = select_gemm_kernel(problem, device, options.policy, measured);
-      plan->steps_.push_back(backend.make_gemm(
-          problem,
-          {slot_for(node.a), slot_for(node.b), slot_for(node.c), slot_for(node.bias), slot},
-          selection.kernel, selection.staged));
+      Selection selection =
+          select_gemm_kernel(problem, device, options.policy, measured, backend.gemm_kernels());
+      const GemmSlots slots{slot_for(node.a), slot_for(node.b), slot_for(node.c),
+                            slot_for(node.bias), slot};
+      std::unique_ptr<Step> step;
+      // Each refusal removes one candidate, so this ends: with a step, or with
+      // GE2_ERROR_UNSUPPORTED when none is left or the kernel was forced.
+      while (!step) {
+        try {
+          step = backend.make_gemm(problem, slots, selection.kernel, selection.staged);
+        } catch (const Error& error) {
+          if (error.status() != GE2_ERROR_UNSUPPORTED && error.status() != GE2_ERROR_CUBLAS) throw;
+          refuse_and_reselect(selection, problem, options.policy, error.what());
+        }
+      }
+      plan->steps_.push_back(std::move(step));
       step_json["problem"] = problem_json(problem);
       step_json["selection"] = selection_json(selection);
     } else {

@@ -1,21 +1,111 @@
-// The kernels a GEMM node can run on; names are stable and appear in plans,
-// the tuning database and GE2_FORCE_KERNEL.
+// The kernels a GEMM node can run on, one row each in kKernels: name (stable:
+// it appears in plans, the tuning database and GE2_FORCE_KERNEL), family, the
+// tensors it takes, the device it needs and the cost constants the selector
+// ranks it by. A new kernel is a new row; backends say which rows they offer.
 #pragma once
 
 #include <array>
 #include <optional>
 #include <string_view>
 
+#include "core/dtype.hpp"
+
 namespace ge2 {
 
 enum class KernelId { LtF16, LtBf16, LtTf32, LtF32, CudaF32, CpuRef };
+inline constexpr int kKernelCount = 6;
 
-inline constexpr std::array<KernelId, 6> kAllKernels{KernelId::LtF16,   KernelId::LtBf16,
-                                                     KernelId::LtTf32,  KernelId::LtF32,
-                                                     KernelId::CudaF32, KernelId::CpuRef};
+enum class KernelFamily { Cublaslt, CudaFallback, CpuReference };
 
-std::string_view kernel_name(KernelId id);
+// The selector's cost model of one kernel on a 132-SM Hopper part (scaled by SM
+// count on others). It only has to rank kernels; docs/selector.md has the fit.
+struct KernelCost {
+  double peak_tflops;         // large aligned problems
+  double launch_us;           // fixed cost of one step, as an event-timed execute sees it
+  double bandwidth_fraction;  // of nominal device bandwidth, on memory-bound shapes
+  int tile_m, tile_n;         // output tile of one thread block
+};
+
+struct KernelInfo {
+  KernelId id;
+  std::string_view name;
+  KernelFamily family;
+  std::optional<DType> dtype;  // the tensors it takes; empty: every dtype
+  bool tf32;                   // rounds f32 inputs to TF32 (needs allow_tf32)
+  int min_compute_capability;  // major*10 + minor; 0 for the CPU
+  KernelCost cost;
+};
+
+// Fitted to bench_gemm on the H200 (bench/results/2026-12-02-h200-run3):
+// peak rates from the large aligned shapes, fixed cost and effective bandwidth
+// from the small-K and tiny shapes.
+inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
+    {KernelId::LtF16,
+     "lt_f16",
+     KernelFamily::Cublaslt,
+     DType::F16,
+     false,
+     70,
+     {740.0, 12.0, 0.45, 128, 128}},
+    {KernelId::LtBf16,
+     "lt_bf16",
+     KernelFamily::Cublaslt,
+     DType::BF16,
+     false,
+     80,
+     {740.0, 12.0, 0.45, 128, 128}},
+    {KernelId::LtTf32,
+     "lt_tf32",
+     KernelFamily::Cublaslt,
+     DType::F32,
+     true,
+     80,
+     {400.0, 12.0, 0.45, 128, 128}},
+    {KernelId::LtF32,
+     "lt_f32",
+     KernelFamily::Cublaslt,
+     DType::F32,
+     false,
+     0,
+     {50.0, 12.0, 0.45, 128, 64}},
+    {KernelId::CudaF32,
+     "cuda_f32",
+     KernelFamily::CudaFallback,
+     std::nullopt,
+     false,
+     0,
+     {13.0, 14.0, 0.10, 64, 64}},
+    {KernelId::CpuRef,
+     "cpu_ref",
+     KernelFamily::CpuReference,
+     std::nullopt,
+     false,
+     0,
+     {0.01, 1.0, 1.0, 1, 1}},
+}};
+
+constexpr bool kernel_rows_in_enum_order() {
+  for (int i = 0; i < kKernelCount; ++i)
+    if (static_cast<int>(kKernels[static_cast<std::size_t>(i)].id) != i) return false;
+  return true;
+}
+static_assert(kernel_rows_in_enum_order(), "kKernels must list every KernelId once, in order");
+static_assert(static_cast<int>(KernelId::CpuRef) + 1 == kKernelCount, "kKernelCount is stale");
+
+constexpr const KernelInfo& kernel_info(KernelId id) {
+  return kKernels[static_cast<std::size_t>(id)];
+}
+constexpr std::string_view kernel_name(KernelId id) { return kernel_info(id).name; }
+constexpr bool is_cublaslt_kernel(KernelId id) {
+  return kernel_info(id).family == KernelFamily::Cublaslt;
+}
 std::optional<KernelId> kernel_from_name(std::string_view name);
-bool is_cublaslt_kernel(KernelId id);
+
+inline constexpr std::array<KernelId, kKernelCount> kAllKernels = [] {
+  std::array<KernelId, kKernelCount> ids{};
+  for (int i = 0; i < kKernelCount; ++i)
+    ids[static_cast<std::size_t>(i)] = kKernels[static_cast<std::size_t>(i)].id;
+  return ids;
+}();
 
 }  // namespace ge2

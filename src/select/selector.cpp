@@ -22,34 +22,6 @@ DeviceInfo synthetic_h200() {
 
 namespace {
 
-// Cost model per kernel on a 132-SM Hopper part, scaled by SM count on others.
-// Fitted to bench_gemm on the H200 (bench/results/2026-12-02-h200, docs/selector.md):
-// peak rates from the large aligned shapes, fixed cost and effective bandwidth
-// from the small-K and tiny shapes. It only has to rank kernels.
-struct KernelModel {
-  double peak_tflops;         // large aligned problems
-  double launch_us;           // fixed cost of one step, as an event-timed execute sees it
-  double bandwidth_fraction;  // of nominal device bandwidth, on memory-bound shapes
-  int tile_m, tile_n;         // output tile of one thread block
-};
-
-KernelModel model_of(KernelId id) {
-  switch (id) {
-    case KernelId::LtF16:
-    case KernelId::LtBf16:
-      return {740.0, 12.0, 0.45, 128, 128};
-    case KernelId::LtTf32:
-      return {400.0, 12.0, 0.45, 128, 128};
-    case KernelId::LtF32:
-      return {50.0, 12.0, 0.45, 128, 64};
-    case KernelId::CudaF32:
-      return {13.0, 14.0, 0.10, 64, 64};
-    case KernelId::CpuRef:
-      return {0.01, 1.0, 1.0, 1, 1};
-  }
-  return {1.0, 1.0, 1.0, 1, 1};
-}
-
 // Unaligned leading dimensions push cuBLASLt's 16-bit paths onto old kernels:
 // about 150 against 766 TFLOP/s at 4095x4097x4093 on the H200 (DEVICE-NOTES.md).
 constexpr double kUnalignedTensorCorePenalty = 0.2;
@@ -59,41 +31,28 @@ constexpr double kUnalignedTensorCorePenalty = 0.2;
 // unstaged, measured 25.8 vs 17.3). Stage only for a predicted gain of 15% or more.
 constexpr double kStagingRequiredGain = 0.85;
 
-std::string dtype_rule(KernelId kernel, DType dtype, const SelectionPolicy& policy) {
-  switch (kernel) {
-    case KernelId::LtF16:
-      return dtype == DType::F16 ? "" : "needs f16 tensors";
-    case KernelId::LtBf16:
-      return dtype == DType::BF16 ? "" : "needs bf16 tensors";
-    case KernelId::LtF32:
-      return dtype == DType::F32 ? "" : "needs f32 tensors";
-    case KernelId::LtTf32:
-      if (dtype != DType::F32) return "needs f32 tensors";
-      return policy.allow_tf32 ? "" : "TF32 not allowed by the compile options (allow_tf32 = 0)";
-    case KernelId::CudaF32:
-    case KernelId::CpuRef:
-      return "";
-  }
-  return "unknown kernel";
+std::string dtype_rule(const KernelInfo& kernel, DType dtype, const SelectionPolicy& policy) {
+  if (kernel.dtype && *kernel.dtype != dtype)
+    return fmt::format("needs {} tensors", dtype_name(*kernel.dtype));
+  if (kernel.tf32 && !policy.allow_tf32)
+    return "TF32 not allowed by the compile options (allow_tf32 = 0)";
+  return "";
 }
 
-std::string device_rule(KernelId kernel, const DeviceInfo& device) {
-  if (kernel == KernelId::CpuRef)
+std::string device_rule(const KernelInfo& kernel, const DeviceInfo& device) {
+  if (kernel.family == KernelFamily::CpuReference)
     return device.has_cuda ? "the context runs on CUDA (device pointers)" : "";
   if (!device.has_cuda) return "no CUDA device in this context";
-  const int cc = device.compute_capability();
-  if ((kernel == KernelId::LtBf16 || kernel == KernelId::LtTf32) && cc < 80)
-    return fmt::format("needs compute capability 8.0, device has {}.{}", device.cc_major,
-                       device.cc_minor);
-  if (kernel == KernelId::LtF16 && cc < 70)
-    return fmt::format("needs compute capability 7.0, device has {}.{}", device.cc_major,
-                       device.cc_minor);
+  if (device.compute_capability() < kernel.min_compute_capability)
+    return fmt::format("needs compute capability {}.{}, device has {}.{}",
+                       kernel.min_compute_capability / 10, kernel.min_compute_capability % 10,
+                       device.cc_major, device.cc_minor);
   return "";
 }
 
 double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& device, bool aligned,
                    std::string& basis) {
-  const KernelModel model = model_of(kernel);
+  const KernelCost& model = kernel_info(kernel).cost;
   const double sm_scale = device.sm_count > 0 ? device.sm_count / 132.0 : 1.0;
   double peak = model.peak_tflops * (kernel == KernelId::CpuRef ? 1.0 : sm_scale);
   basis = fmt::format("model {:.0f} TFLOP/s peak", peak);
@@ -177,15 +136,16 @@ bool is_tensor_core_aligned(const GemmProblem& p) {
 }
 
 Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& device,
-                             const SelectionPolicy& policy, const MeasuredTime& measured) {
+                             const SelectionPolicy& policy, const MeasuredTime& measured,
+                             std::span<const KernelId> offered) {
   Selection selection;
   const bool aligned = is_tensor_core_aligned(problem);
   const std::string layout_problem = cublaslt_layout_problem(problem);
-  for (KernelId kernel : kAllKernels) {
+  for (KernelId kernel : offered) {
     Candidate candidate;
     candidate.kernel = kernel;
-    std::string reason = device_rule(kernel, device);
-    if (reason.empty()) reason = dtype_rule(kernel, problem.dtype, policy);
+    std::string reason = device_rule(kernel_info(kernel), device);
+    if (reason.empty()) reason = dtype_rule(kernel_info(kernel), problem.dtype, policy);
     if (reason.empty() && is_cublaslt_kernel(kernel) && !layout_problem.empty())
       reason = layout_problem;
     if (!reason.empty()) {
@@ -223,16 +183,31 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
     selection.candidates.push_back(candidate);
   }
 
+  choose_kernel(selection, problem, policy, aligned);
+  return selection;
+}
+
+void choose_kernel(Selection& selection, const GemmProblem& problem, const SelectionPolicy& policy,
+                   bool aligned) {
   if (policy.forced) {
-    const auto& forced = selection.candidates[static_cast<std::size_t>(
-        std::find(kAllKernels.begin(), kAllKernels.end(), *policy.forced) - kAllKernels.begin())];
-    require(forced.feasible, GE2_ERROR_UNSUPPORTED,
+    const auto forced =
+        std::find_if(selection.candidates.begin(), selection.candidates.end(),
+                     [&](const Candidate& c) { return c.kernel == *policy.forced; });
+    if (forced == selection.candidates.end()) {
+      std::string offered;
+      for (const Candidate& c : selection.candidates)
+        offered += fmt::format("{}{}", offered.empty() ? "" : ", ", kernel_name(c.kernel));
+      fail(GE2_ERROR_UNSUPPORTED,
+           "kernel '{}' was forced but this context's backend does not offer it (it offers {})",
+           kernel_name(*policy.forced), offered);
+    }
+    require(forced->feasible, GE2_ERROR_UNSUPPORTED,
             "kernel '{}' was forced but cannot run GEMM {} ({}): {}", kernel_name(*policy.forced),
-            problem.shape_string(), dtype_name(problem.dtype), forced.reason);
+            problem.shape_string(), dtype_name(problem.dtype), forced->reason);
     selection.kernel = *policy.forced;
-    selection.staged = forced.staged && !forced.measured;
+    selection.staged = forced->staged && !forced->measured;
     selection.why = "forced by force_kernel / GE2_FORCE_KERNEL";
-    return selection;
+    return;
   }
 
   // Measured times outrank model estimates: compare among measured candidates
@@ -254,7 +229,21 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
                               aligned            ? ""
                               : selection.staged ? "; unaligned leading dimensions: operands staged"
                                                  : "; leading dimensions not 16-byte aligned");
-  return selection;
+}
+
+void refuse_and_reselect(Selection& selection, const GemmProblem& problem,
+                         const SelectionPolicy& policy, const std::string& refusal) {
+  const KernelId refused = selection.kernel;
+  for (Candidate& candidate : selection.candidates) {
+    if (candidate.kernel != refused) continue;
+    candidate.feasible = false;
+    candidate.reason = fmt::format("the backend refused it: {}", refusal);
+  }
+  require(!policy.forced, GE2_ERROR_UNSUPPORTED,
+          "kernel '{}' was forced but cannot run GEMM {} ({}): {}", kernel_name(refused),
+          problem.shape_string(), dtype_name(problem.dtype), refusal);
+  choose_kernel(selection, problem, policy, is_tensor_core_aligned(problem));
+  selection.why += fmt::format(" ({} refused by the backend)", kernel_name(refused));
 }
 
 }  // namespace ge2

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,22 @@ GemmProblem staged_problem(const GemmProblem& problem);
 // Bytes the staging copies move (read + write of A, B, C and D).
 double staging_bytes(const GemmProblem& problem);
 
+// Ranks the kernels a backend `offered` for `problem` and picks one: the forced
+// kernel (GE2_ERROR_UNSUPPORTED if it cannot run), else the lowest measured or
+// estimated time. Every offered kernel appears in the candidates with its reason.
 Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& device,
-                             const SelectionPolicy& policy, const MeasuredTime& measured = {});
+                             const SelectionPolicy& policy, const MeasuredTime& measured = {},
+                             std::span<const KernelId> offered = kAllKernels);
+
+// Picks selection.kernel among selection.candidates (as select_gemm_kernel does).
+void choose_kernel(Selection& selection, const GemmProblem& problem, const SelectionPolicy& policy,
+                   bool aligned);
+
+// The backend could not build selection.kernel (no cuBLASLt algorithm, say):
+// marks it infeasible with `refusal` and picks the next best, so the plan names
+// the kernel that runs. A forced kernel is never substituted: that is
+// GE2_ERROR_UNSUPPORTED with the refusal.
+void refuse_and_reselect(Selection& selection, const GemmProblem& problem,
+                         const SelectionPolicy& policy, const std::string& refusal);
 
 }  // namespace ge2

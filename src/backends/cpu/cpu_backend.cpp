@@ -75,6 +75,10 @@ class CpuBackend final : public Backend {
     return {{"kind", "cpu"}, {"device", "host (reference backend)"}};
   }
 
+  std::span<const KernelId> gemm_kernels() const override {
+    static constexpr KernelId kOffered[] = {KernelId::CpuRef};
+    return kOffered;
+  }
   std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
                                   KernelId kernel, bool) override {
     require(kernel == KernelId::CpuRef, GE2_ERROR_UNSUPPORTED,

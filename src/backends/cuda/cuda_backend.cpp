@@ -77,23 +77,22 @@ class CudaBackend final : public Backend {
             {"tuning", chooser_->describe()}};
   }
   MeasuredTime measured_times() override { return chooser_->measured_times(); }
+  std::span<const KernelId> gemm_kernels() const override {
+    static constexpr KernelId kOffered[] = {KernelId::LtF16, KernelId::LtBf16, KernelId::LtTf32,
+                                            KernelId::LtF32, KernelId::CudaF32};
+    return kOffered;
+  }
 
   std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
                                   KernelId kernel, bool staged) override {
     GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
     require(kernel != KernelId::CpuRef, GE2_ERROR_UNSUPPORTED,
             "the CUDA backend cannot run kernel 'cpu_ref'");
-    if (kernel == KernelId::CudaF32) return make_fallback_gemm_step(problem, slots, "");
-    try {
-      if (staged) return make_staged_gemm_step(lt_.get(), problem, kernel, slots, *chooser_);
-      return make_lt_gemm_step(lt_.get(), problem, kernel, slots, *chooser_);
-    } catch (const Error& error) {
-      // No algorithm or an inexpressible layout: fall back, and say why in the plan.
-      if (error.status() != GE2_ERROR_CUBLAS && error.status() != GE2_ERROR_UNSUPPORTED) throw;
-      return make_fallback_gemm_step(
-          problem, slots,
-          fmt::format("{} could not run this problem: {}", kernel_name(kernel), error.what()));
-    }
+    if (kernel == KernelId::CudaF32) return make_fallback_gemm_step(problem, slots);
+    // No algorithm or an inexpressible layout throws: the plan then asks the
+    // selector for its next choice (or fails, for a forced kernel).
+    if (staged) return make_staged_gemm_step(lt_.get(), problem, kernel, slots, *chooser_);
+    return make_lt_gemm_step(lt_.get(), problem, kernel, slots, *chooser_);
   }
   std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                          const ElementwiseSlots& slots) override {

@@ -23,9 +23,8 @@ std::unique_ptr<Step> make_lt_gemm_step(cublasLtHandle_t handle, const GemmProbl
 std::unique_ptr<Step> make_staged_gemm_step(cublasLtHandle_t handle, const GemmProblem& problem,
                                             KernelId kernel, const GemmSlots& slots,
                                             AlgoChooser& chooser);
-// cuda_f32; `fallback_reason` is empty when it was chosen rather than fallen back to.
-std::unique_ptr<Step> make_fallback_gemm_step(const GemmProblem& problem, const GemmSlots& slots,
-                                              std::string fallback_reason);
+// cuda_f32: any dtype, layout and epilogue.
+std::unique_ptr<Step> make_fallback_gemm_step(const GemmProblem& problem, const GemmSlots& slots);
 std::unique_ptr<Step> make_elementwise_step(const ElementwiseProblem& problem,
                                             const ElementwiseSlots& slots);
 

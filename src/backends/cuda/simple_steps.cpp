@@ -15,26 +15,22 @@ namespace {
 
 class FallbackGemmStep final : public Step {
  public:
-  FallbackGemmStep(const GemmProblem& problem, const GemmSlots& slots, std::string fallback_reason)
-      : problem_(problem), slots_(slots), reason_(std::move(fallback_reason)) {}
+  FallbackGemmStep(const GemmProblem& problem, const GemmSlots& slots)
+      : problem_(problem), slots_(slots) {}
   void run(const ExecState& s) override {
     launch_fallback_gemm(problem_, slot_pointer(s, slots_.a), slot_pointer(s, slots_.b),
                          slot_pointer(s, slots_.c), slot_pointer(s, slots_.bias),
                          slot_pointer(s, slots_.d), static_cast<cudaStream_t>(s.stream));
   }
   nlohmann::json describe() const override {
-    nlohmann::json j{
-        {"name", "cuda_f32"},
-        {"epilogue", "fused in the kernel (C, bias, activation)"},
-        {"tile", fmt::format("{}x{}x{}", kFallbackTileM, kFallbackTileN, kFallbackTileK)}};
-    if (!reason_.empty()) j["fallback_reason"] = reason_;
-    return j;
+    return {{"name", "cuda_f32"},
+            {"epilogue", "fused in the kernel (C, bias, activation)"},
+            {"tile", fmt::format("{}x{}x{}", kFallbackTileM, kFallbackTileN, kFallbackTileK)}};
   }
 
  private:
   GemmProblem problem_;
   GemmSlots slots_;
-  std::string reason_;
 };
 
 class ElementwiseStep final : public Step {
@@ -57,9 +53,8 @@ class ElementwiseStep final : public Step {
 
 }  // namespace
 
-std::unique_ptr<Step> make_fallback_gemm_step(const GemmProblem& problem, const GemmSlots& slots,
-                                              std::string fallback_reason) {
-  return std::make_unique<FallbackGemmStep>(problem, slots, std::move(fallback_reason));
+std::unique_ptr<Step> make_fallback_gemm_step(const GemmProblem& problem, const GemmSlots& slots) {
+  return std::make_unique<FallbackGemmStep>(problem, slots);
 }
 
 std::unique_ptr<Step> make_elementwise_step(const ElementwiseProblem& problem,
