@@ -5,24 +5,6 @@
 
 namespace ge2 {
 
-bool is_valid_dtype(int value) {
-  return value == GE2_DTYPE_F16 || value == GE2_DTYPE_BF16 || value == GE2_DTYPE_F32;
-}
-
-std::size_t dtype_size(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
-
-std::string_view dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::F16:
-      return "f16";
-    case DType::BF16:
-      return "bf16";
-    case DType::F32:
-      return "f32";
-  }
-  return "?";
-}
-
 std::uint16_t float_to_half_bits(float value) {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(value);
   const std::uint32_t sign = (x >> 16) & 0x8000u;

@@ -1,6 +1,7 @@
 // Element types and the scalar conversions the CPU backend and tests share.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -11,10 +12,6 @@ namespace ge2 {
 
 enum class DType : int { F16 = GE2_DTYPE_F16, BF16 = GE2_DTYPE_BF16, F32 = GE2_DTYPE_F32 };
 
-bool is_valid_dtype(int value);
-std::size_t dtype_size(DType dtype);
-std::string_view dtype_name(DType dtype);
-
 // IEEE binary16 <-> float, round to nearest even, with subnormals, inf and NaN.
 std::uint16_t float_to_half_bits(float value);
 float half_bits_to_float(std::uint16_t bits);
@@ -22,32 +19,59 @@ float half_bits_to_float(std::uint16_t bits);
 std::uint16_t float_to_bf16_bits(float value);
 float bf16_bits_to_float(std::uint16_t bits);
 
+// One row per dtype: what every host layer reads. The CUDA types live in
+// backends/cuda/dtype_dispatch.cuh, one row each as well.
+struct DTypeInfo {
+  DType id;
+  std::string_view name;
+  std::size_t bytes;
+  float (*load)(const void* base, std::int64_t index);         // element as float
+  void (*store)(void* base, std::int64_t index, float value);  // rounds to nearest even
+};
+
+namespace detail {
+inline float load_f16(const void* b, std::int64_t i) {
+  return half_bits_to_float(static_cast<const std::uint16_t*>(b)[i]);
+}
+inline float load_bf16(const void* b, std::int64_t i) {
+  return bf16_bits_to_float(static_cast<const std::uint16_t*>(b)[i]);
+}
+inline float load_f32(const void* b, std::int64_t i) { return static_cast<const float*>(b)[i]; }
+inline void store_f16(void* b, std::int64_t i, float v) {
+  static_cast<std::uint16_t*>(b)[i] = float_to_half_bits(v);
+}
+inline void store_bf16(void* b, std::int64_t i, float v) {
+  static_cast<std::uint16_t*>(b)[i] = float_to_bf16_bits(v);
+}
+inline void store_f32(void* b, std::int64_t i, float v) { static_cast<float*>(b)[i] = v; }
+}  // namespace detail
+
+// Indexed by the C value minus one (GE2_DTYPE_F16 = 1).
+inline constexpr std::array<DTypeInfo, 3> kDTypes{{
+    {DType::F16, "f16", 2, detail::load_f16, detail::store_f16},
+    {DType::BF16, "bf16", 2, detail::load_bf16, detail::store_bf16},
+    {DType::F32, "f32", 4, detail::load_f32, detail::store_f32},
+}};
+static_assert(static_cast<int>(kDTypes[0].id) == 1 && static_cast<int>(kDTypes[1].id) == 2 &&
+                  static_cast<int>(kDTypes[2].id) == 3 && kDTypes.size() == GE2_DTYPE_F32,
+              "kDTypes: one row per ge2_dtype_t value, in order from GE2_DTYPE_F16 = 1");
+
+constexpr bool is_valid_dtype(int value) {
+  return value >= 1 && value <= static_cast<int>(kDTypes.size());
+}
+constexpr const DTypeInfo& dtype_info(DType dtype) {
+  return kDTypes[static_cast<std::size_t>(static_cast<int>(dtype) - 1)];
+}
+constexpr std::size_t dtype_size(DType dtype) { return dtype_info(dtype).bytes; }
+constexpr std::string_view dtype_name(DType dtype) { return dtype_info(dtype).name; }
+
 // Reads element `index` of a buffer of `dtype` as float.
 inline float load_as_float(const void* base, DType dtype, std::int64_t index) {
-  switch (dtype) {
-    case DType::F16:
-      return half_bits_to_float(static_cast<const std::uint16_t*>(base)[index]);
-    case DType::BF16:
-      return bf16_bits_to_float(static_cast<const std::uint16_t*>(base)[index]);
-    case DType::F32:
-      return static_cast<const float*>(base)[index];
-  }
-  return 0.0f;
+  return dtype_info(dtype).load(base, index);
 }
-
 // Writes a float into element `index` of a buffer of `dtype`, rounding to nearest even.
 inline void store_from_float(void* base, DType dtype, std::int64_t index, float value) {
-  switch (dtype) {
-    case DType::F16:
-      static_cast<std::uint16_t*>(base)[index] = float_to_half_bits(value);
-      return;
-    case DType::BF16:
-      static_cast<std::uint16_t*>(base)[index] = float_to_bf16_bits(value);
-      return;
-    case DType::F32:
-      static_cast<float*>(base)[index] = value;
-      return;
-  }
+  dtype_info(dtype).store(base, index, value);
 }
 
 }  // namespace ge2

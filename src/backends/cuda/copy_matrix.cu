@@ -14,6 +14,7 @@
 
 #include "backends/cuda/cuda_errors.hpp"
 #include "backends/cuda/device_math.cuh"
+#include "backends/cuda/dtype_dispatch.cuh"
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/launch_geometry.cuh"
 
@@ -177,17 +178,10 @@ void launch_copy_matrix(DType dtype, const MatrixView& src, const void* src_data
                      src.row_stride,   src.col_stride,
                      dst.batch_stride, dst.row_stride,
                      dst.col_stride,   static_cast<int>(act)};
-  switch (dtype) {
-    case DType::F16:
-      launch_typed<__half>(p, stream);
-      break;
-    case DType::BF16:
-      launch_typed<__nv_bfloat16>(p, stream);
-      break;
-    case DType::F32:
-      launch_typed<float>(p, stream);
-      break;
-  }
+  with_cuda_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    launch_typed<T>(p, stream);
+  });
   GE2_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -8,6 +8,7 @@
 
 #include "backends/cuda/cuda_errors.hpp"
 #include "backends/cuda/device_math.cuh"
+#include "backends/cuda/dtype_dispatch.cuh"
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/launch_geometry.cuh"
 
@@ -213,17 +214,10 @@ void launch_elementwise(const ElementwiseProblem& pr, const void* x, const void*
                          misalignment_bytes(x) == 0 && misalignment_bytes(out) == 0 &&
                          (!pr.has_bias || (pr.bias_stride == 1 && misalignment_bytes(bias) == 0));
   const bool flat = dense(xv) && dense(ov) && y_like_x;
-  switch (pr.x.dtype) {
-    case DType::F16:
-      launch_typed<__half>(p, vectorise, flat, stream);
-      break;
-    case DType::BF16:
-      launch_typed<__nv_bfloat16>(p, vectorise, flat, stream);
-      break;
-    case DType::F32:
-      launch_typed<float>(p, vectorise, flat, stream);
-      break;
-  }
+  with_cuda_type(pr.x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    launch_typed<T>(p, vectorise, flat, stream);
+  });
   GE2_CUDA_CHECK(cudaGetLastError());
 }
 

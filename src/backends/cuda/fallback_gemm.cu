@@ -5,6 +5,7 @@
 
 #include "backends/cuda/cuda_errors.hpp"
 #include "backends/cuda/device_math.cuh"
+#include "backends/cuda/dtype_dispatch.cuh"
 #include "backends/cuda/kernels.hpp"
 #include "core/error.hpp"
 
@@ -134,17 +135,10 @@ void launch_fallback_gemm(const GemmProblem& pr, const void* a, const void* b, c
                   static_cast<unsigned>(std::min<long long>(pr.batch, 65535)));
   require(grid.y <= 65535u, GE2_ERROR_UNSUPPORTED,
           "cuda_f32: M = {} needs {} row tiles, more than the grid allows (65535)", pr.m, grid.y);
-  switch (pr.dtype) {
-    case DType::F16:
-      fallback_gemm_kernel<__half><<<grid, kThreads, 0, stream>>>(p);
-      break;
-    case DType::BF16:
-      fallback_gemm_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(p);
-      break;
-    case DType::F32:
-      fallback_gemm_kernel<float><<<grid, kThreads, 0, stream>>>(p);
-      break;
-  }
+  with_cuda_type(pr.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    fallback_gemm_kernel<T><<<grid, kThreads, 0, stream>>>(p);
+  });
   GE2_CUDA_CHECK(cudaGetLastError());
 }
 

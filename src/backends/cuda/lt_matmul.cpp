@@ -1,4 +1,5 @@
 #include "backends/cuda/lt_matmul.hpp"
+#include "backends/cuda/dtype_dispatch.cuh"
 
 #include <algorithm>
 
@@ -6,18 +7,6 @@
 
 namespace ge2::cuda {
 namespace {
-
-cudaDataType_t cuda_type(DType dtype) {
-  switch (dtype) {
-    case DType::F16:
-      return CUDA_R_16F;
-    case DType::BF16:
-      return CUDA_R_16BF;
-    case DType::F32:
-      return CUDA_R_32F;
-  }
-  return CUDA_R_32F;
-}
 
 // A stored row-major-indexed matrix seen as a column-major matrix for cuBLASLt.
 struct ColumnMajor {
@@ -92,7 +81,7 @@ EpilogueChoice choose_epilogue(bool bias, Activation act) {
 
 LtMatmulTypes LtMatmul::types() const {
   return {kernel_ == KernelId::LtTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
-          CUDA_R_32F, cuda_type(problem_.dtype)};
+          CUDA_R_32F, cuda_data_type(problem_.dtype)};
 }
 
 LtMatmul::LtMatmul(cublasLtHandle_t handle, const GemmProblem& p, KernelId kernel)
@@ -100,7 +89,7 @@ LtMatmul::LtMatmul(cublasLtHandle_t handle, const GemmProblem& p, KernelId kerne
       problem_(p),
       kernel_(kernel),
       desc_(make_matmul_desc(types().compute, types().scale)) {
-  const cudaDataType_t type = cuda_type(p.dtype);
+  const cudaDataType_t type = cuda_data_type(p.dtype);
   const ColumnMajor a = column_major(p.a), b = column_major(p.b);
   // cuBLASLt computes D^T (N x M) = first (N x K) * second (K x M).
   // first = op(B)^T: B's column-major matrix is B^T when stored row-major.

@@ -4,6 +4,7 @@
 #include "backends/cuda/cuda_errors.hpp"
 #include "backends/cuda/cuda_raii.hpp"
 #include "backends/cuda/device_math.cuh"
+#include "backends/cuda/dtype_dispatch.cuh"
 #include "backends/cuda/tune_kernels.hpp"
 
 namespace ge2::cuda {
@@ -47,18 +48,10 @@ unsigned blocks_for(long long count) {
 
 void fill_uniform(void* data, DType dtype, std::int64_t count, std::uint64_t seed,
                   cudaStream_t stream) {
-  switch (dtype) {
-    case DType::F16:
-      fill_kernel<<<blocks_for(count), 256, 0, stream>>>(static_cast<__half*>(data), count, seed);
-      break;
-    case DType::BF16:
-      fill_kernel<<<blocks_for(count), 256, 0, stream>>>(static_cast<__nv_bfloat16*>(data), count,
-                                                         seed);
-      break;
-    case DType::F32:
-      fill_kernel<<<blocks_for(count), 256, 0, stream>>>(static_cast<float*>(data), count, seed);
-      break;
-  }
+  with_cuda_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    fill_kernel<<<blocks_for(count), 256, 0, stream>>>(static_cast<T*>(data), count, seed);
+  });
   GE2_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -67,20 +60,11 @@ double relative_difference(const void* x, const void* ref, DType dtype, std::int
   DeviceBuffer sums(2 * sizeof(double));
   GE2_CUDA_CHECK(cudaMemsetAsync(sums.data(), 0, 2 * sizeof(double), stream));
   auto* s = static_cast<double*>(sums.data());
-  switch (dtype) {
-    case DType::F16:
-      difference_kernel<<<blocks_for(count), 256, 0, stream>>>(
-          static_cast<const __half*>(x), static_cast<const __half*>(ref), count, s);
-      break;
-    case DType::BF16:
-      difference_kernel<<<blocks_for(count), 256, 0, stream>>>(
-          static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(ref), count, s);
-      break;
-    case DType::F32:
-      difference_kernel<<<blocks_for(count), 256, 0, stream>>>(
-          static_cast<const float*>(x), static_cast<const float*>(ref), count, s);
-      break;
-  }
+  with_cuda_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    difference_kernel<<<blocks_for(count), 256, 0, stream>>>(static_cast<const T*>(x),
+                                                             static_cast<const T*>(ref), count, s);
+  });
   GE2_CUDA_CHECK(cudaGetLastError());
   double host[2] = {0, 0};
   GE2_CUDA_CHECK(cudaMemcpyAsync(host, s, sizeof(host), cudaMemcpyDeviceToHost, stream));
