@@ -52,21 +52,29 @@ struct Silu {
   GE2_HOST_DEVICE float operator()(float x) const { return x / (1.0f + expf(-x)); }
 };
 
-// act(x): the one dispatch from the enum to the functors.
-GE2_HOST_DEVICE float apply_activation(Activation act, float x) {
+// f(functor) for the functor of `act`: the one dispatch from the enum to the
+// functors. Kernels that take the functor as a template parameter use it on the
+// host to pick their instantiation; apply_activation uses it per element.
+template <typename F>
+GE2_HOST_DEVICE decltype(auto) visit_activation(Activation act, F&& f) {
   switch (act) {
     case Activation::Relu:
-      return Relu{}(x);
+      return f(Relu{});
     case Activation::GeluErf:
-      return GeluErf{}(x);
+      return f(GeluErf{});
     case Activation::GeluTanh:
-      return GeluTanh{}(x);
+      return f(GeluTanh{});
     case Activation::Silu:
-      return Silu{}(x);
+      return f(Silu{});
     case Activation::None:
       break;
   }
-  return Identity{}(x);
+  return f(Identity{});
+}
+
+// act(x), with the activation chosen at run time.
+GE2_HOST_DEVICE float apply_activation(Activation act, float x) {
+  return visit_activation(act, [x](auto functor) { return functor(x); });
 }
 
 // Which cuBLASLt epilogue family computes an activation in the GEMM (with or

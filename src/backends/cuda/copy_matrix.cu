@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kThreads) copy_rows_vectorised(CopyParams p) {
           out = take_16_bytes<3>(words, half_bits);
           break;
       }
-      if (p.act != 0) out = bias_act_vector<T>(out, false, uint4{}, p.act);
+      if (p.act != 0) out = act_vector<T>(out, p.act);
       const long long first = w * C - shift_d;
       if (first >= 0 && first + C <= p.dst_cols) {
         *reinterpret_cast<uint4*>(dst_row + first) = out;

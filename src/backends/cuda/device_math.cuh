@@ -43,28 +43,56 @@ __device__ __forceinline__ float activate(int act, float x) {
   return apply_activation(static_cast<Activation>(act), x);
 }
 
-// act(combine(x_act(x), y) + bias) on each element of one 16-byte vector: y and
-// x_act only with combine (1 add, 2 multiply), bias only with has_bias.
-template <typename T>
-__device__ __forceinline__ uint4 bias_act_vector(uint4 x, bool has_bias, uint4 bias, int act,
-                                                 int combine = 0, uint4 y = {}, int x_act = 0) {
+// The per-element work of an elementwise pass, out = act(combine(x_act(x), y)
+// + bias), in two forms with one interface: FixedOp has the activations and the
+// combine as template parameters (the common passes: an activation alone, a
+// multiply with an activated first operand, an add), RuntimeOp reads them from
+// the kernel parameters (any other combination, and the strided kernel).
+// kCombine / combine: 0 none, 1 add, 2 multiply.
+template <typename XAct, int kCombine, typename Act>
+struct FixedOp {
+  __device__ __forceinline__ bool reads_y() const { return kCombine != 0; }
+  __device__ __forceinline__ float combine(float x, float y) const {
+    if constexpr (kCombine == 1) return XAct{}(x) + y;
+    if constexpr (kCombine == 2) return XAct{}(x)*y;
+    return x;
+  }
+  __device__ __forceinline__ float finish(float v) const { return Act{}(v); }
+};
+
+struct RuntimeOp {
+  int combine_kind, x_act, act;
+  __device__ __forceinline__ bool reads_y() const { return combine_kind != 0; }
+  __device__ __forceinline__ float combine(float x, float y) const {
+    if (combine_kind == 0) return x;
+    x = activate(x_act, x);
+    return combine_kind == 1 ? x + y : x * y;
+  }
+  __device__ __forceinline__ float finish(float v) const { return activate(act, v); }
+};
+
+// `op` on each element of one 16-byte vector; bias only with has_bias.
+template <typename T, typename Op>
+__device__ __forceinline__ uint4 apply_vector(const Op& op, uint4 x, uint4 y, bool has_bias,
+                                              uint4 bias) {
   const T* values = reinterpret_cast<const T*>(&x);
-  const T* b = reinterpret_cast<const T*>(&bias);
   const T* others = reinterpret_cast<const T*>(&y);
+  const T* b = reinterpret_cast<const T*>(&bias);
   uint4 result;
   T* r = reinterpret_cast<T*>(&result);
 #pragma unroll
   for (int e = 0; e < static_cast<int>(16 / sizeof(T)); ++e) {
-    float value = to_float(values[e]);
-    if (combine != 0) {
-      value = activate(x_act, value);
-      const float other = to_float(others[e]);
-      value = combine == 1 ? value + other : value * other;
-    }
+    float value = op.combine(to_float(values[e]), to_float(others[e]));
     if (has_bias) value += to_float(b[e]);
-    r[e] = from_float<T>(activate(act, value));
+    r[e] = from_float<T>(op.finish(value));
   }
   return result;
+}
+
+// act(x) on one vector (the staging copy's optional activation).
+template <typename T>
+__device__ __forceinline__ uint4 act_vector(uint4 x, int act) {
+  return apply_vector<T>(RuntimeOp{0, 0, act}, x, uint4{}, false, uint4{});
 }
 
 }  // namespace ge2::cuda

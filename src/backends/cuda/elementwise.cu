@@ -58,8 +58,8 @@ __global__ void elementwise_strided(ElementwiseParams p) {
 // kRows rows, x over the 16-byte vectors of a row, so no thread divides per
 // element. Each thread issues the loads of all kRows rows before it computes:
 // a pass this light is bound by the bytes in flight.
-template <typename T, int kRows>
-__global__ void __launch_bounds__(256) elementwise_rows(ElementwiseParams p) {
+template <typename T, int kRows, typename Op>
+__global__ void __launch_bounds__(256) elementwise_rows(ElementwiseParams p, Op op) {
   constexpr int kVec = 16 / sizeof(T);
   const long long vectors_per_row = p.cols / kVec;
   const long long rows_total = p.batch * p.rows;
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(256) elementwise_rows(ElementwiseParams p) {
         if (first_row + r >= rows_total) continue;
         in[r] = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + x_at[r] + vj * kVec);
         other[r] =
-            p.combine != 0
+            op.reads_y()
                 ? *reinterpret_cast<const uint4*>(static_cast<const T*>(p.y) + y_at[r] + vj * kVec)
                 : uint4{};
       }
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(256) elementwise_rows(ElementwiseParams p) {
       for (int r = 0; r < kRows; ++r) {
         if (first_row + r >= rows_total) continue;
         *reinterpret_cast<uint4*>(static_cast<T*>(p.out) + out_at[r] + vj * kVec) =
-            bias_act_vector<T>(in[r], p.has_bias, bias_packed, p.act, p.combine, other[r], p.x_act);
+            apply_vector<T>(op, in[r], other[r], p.has_bias, bias_packed);
       }
     }
   }
@@ -102,9 +102,9 @@ __global__ void __launch_bounds__(256) elementwise_rows(ElementwiseParams p) {
 // Dense x and out: one 1-D pass in which every thread has kUnroll 16-byte loads
 // in flight before it computes. A pass this light is bound by how many bytes
 // are in flight, and one load per thread left it at about half of DRAM bandwidth.
-template <typename T, int kUnroll>
+template <typename T, int kUnroll, typename Op>
 __global__ void __launch_bounds__(256)
-    elementwise_flat(ElementwiseParams p, long long vectors, long long vectors_per_row) {
+    elementwise_flat(ElementwiseParams p, Op op, long long vectors, long long vectors_per_row) {
   const uint4* x = static_cast<const uint4*>(p.x);
   const uint4* y = static_cast<const uint4*>(p.y);  // dense like x, with combine only
   const uint4* bias = static_cast<const uint4*>(p.bias);
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(256)
       const long long v = first + static_cast<long long>(u) * blockDim.x;
       if (v < vectors) {
         in[u] = x[v];
-        if (p.combine != 0) other[u] = y[v];
+        other[u] = op.reads_y() ? y[v] : uint4{};
       }
     }
 #pragma unroll
@@ -127,9 +127,23 @@ __global__ void __launch_bounds__(256)
       if (v >= vectors) continue;
       uint4 bias_packed{};
       if (p.has_bias) bias_packed = bias[v % vectors_per_row];
-      out[v] = bias_act_vector<T>(in[u], p.has_bias, bias_packed, p.act, p.combine,
-                                  p.combine != 0 ? other[u] : uint4{}, p.x_act);
+      out[v] = apply_vector<T>(op, in[u], other[u], p.has_bias, bias_packed);
     }
+  }
+}
+
+// launch(op) with the op of p: a FixedOp for the common passes, else a RuntimeOp.
+template <typename Launch>
+void with_op(const ElementwiseParams& p, Launch&& launch) {
+  const auto act = static_cast<Activation>(p.act), x_act = static_cast<Activation>(p.x_act);
+  if (p.combine == 0) {
+    visit_activation(act, [&](auto a) { launch(FixedOp<Identity, 0, decltype(a)>{}); });
+  } else if (p.combine == 2 && act == Activation::None) {
+    visit_activation(x_act, [&](auto a) { launch(FixedOp<decltype(a), 2, Identity>{}); });
+  } else if (p.combine == 1 && act == Activation::None && x_act == Activation::None) {
+    launch(FixedOp<Identity, 1, Identity>{});
+  } else {
+    launch(RuntimeOp{p.combine, p.x_act, p.act});
   }
 }
 
@@ -142,21 +156,26 @@ void launch_typed(const ElementwiseParams& p, bool vectorise, bool dense, cudaSt
     const long long vectors = p.batch * p.rows * per_row;
     const long long blocks = std::clamp<long long>(
         (vectors + kThreads * kUnroll - 1) / (kThreads * kUnroll), 1, 1LL << 30);
-    elementwise_flat<T, kUnroll>
-        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, vectors, per_row);
+    with_op(p, [&](auto op) {
+      elementwise_flat<T, kUnroll>
+          <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, op, vectors, per_row);
+    });
     return;
   }
   if (vectorise) {
     const long long vectors = p.cols / (16 / static_cast<long long>(sizeof(T)));
     const long long rows = p.batch * p.rows;
     // Four rows per thread once there are rows enough to fill the chip that way.
-    if (rows >= 4 * 132) {
-      constexpr int kRows = 4;
-      elementwise_rows<T, kRows>
-          <<<grid_2d((rows + kRows - 1) / kRows, vectors, kThreads), kThreads, 0, stream>>>(p);
-    } else {
-      elementwise_rows<T, 1><<<grid_2d(rows, vectors, kThreads), kThreads, 0, stream>>>(p);
-    }
+    with_op(p, [&](auto op) {
+      if (rows >= 4 * 132) {
+        constexpr int kRows = 4;
+        elementwise_rows<T, kRows>
+            <<<grid_2d((rows + kRows - 1) / kRows, vectors, kThreads), kThreads, 0, stream>>>(p,
+                                                                                              op);
+      } else {
+        elementwise_rows<T, 1><<<grid_2d(rows, vectors, kThreads), kThreads, 0, stream>>>(p, op);
+      }
+    });
     return;
   }
   const long long work = p.batch * p.rows * p.cols;
