@@ -40,7 +40,8 @@ with ge2.Context(device="cpu") as cpu:
     plan = swiglu_plan(cpu, "f32", weights)
     print("plan steps:", [s["op"] + (f"({s['input_activation']})" if "input_activation" in s else "")
                           for s in plan.describe()["steps"]])
-    print("fusions:", [note for p in plan.describe()["passes"] for note in p["notes"] if "fused" in note])
+    print("fusions:", [note for p in plan.describe()["passes"] for note in p["notes"]
+                       if "fused" in note or "concatenated" in note])
     y = np.empty_like(x)
     plan.execute({"x": x, "y": y})  # the weights are in the plan: only x and y are bound
     want = reference(x)

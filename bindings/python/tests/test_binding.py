@@ -162,6 +162,32 @@ def test_swiglu_block_with_residual_through_the_graph_builder(cpu):
         g.add(x, wd)
 
 
+@pytest.mark.parametrize("dtype", ["f16", "f32"])
+def test_swiglu_block_with_constant_weights_joins_gate_and_up(cpu, dtype):
+    """Constant gate/up weights: one GEMM of width 2*inter and a gated_mul pass, same result."""
+    rng = np.random.default_rng()
+    tokens, hidden, inter = 5, 24, 36
+    np_dtype = {"f16": np.float16, "f32": np.float32}[dtype]
+    ws = {name: (rng.uniform(-1, 1, shape) / np.sqrt(shape[1])).astype(np_dtype)
+          for name, shape in (("wg", (inter, hidden)), ("wu", (inter, hidden)), ("wd", (hidden, inter)))}
+    g = ge2.Graph()
+    x = g.input("x", (tokens, hidden), dtype)
+    gate = g.activation(g.gemm(x, g.constant("wg", ws["wg"]), trans_b=True), "silu")
+    h = g.mul(gate, g.gemm(x, g.constant("wu", ws["wu"]), trans_b=True))
+    g.output(g.add(g.gemm(h, g.constant("wd", ws["wd"]), trans_b=True), x), "y")
+    plan = g.compile(cpu)
+    steps = plan.describe()["steps"]
+    assert [s["op"] for s in steps] == ["gemm", "gated_mul", "gemm_bias_act"]
+    assert steps[0]["problem"]["n"] == 2 * inter
+    xs = rng.uniform(-1, 1, (tokens, hidden)).astype(np_dtype)
+    y = np.full((tokens, hidden), np.nan, np_dtype)
+    plan.execute({"x": xs, "y": y})
+    x64 = xs.astype(np.float64)
+    g64 = x64 @ ws["wg"].T.astype(np.float64)
+    h64 = g64 / (1 + np.exp(-g64)) * (x64 @ ws["wu"].T.astype(np.float64))
+    assert rel_error(y, x64 + h64 @ ws["wd"].T.astype(np.float64)) <= (1e-5 if dtype == "f32" else 4e-3)
+
+
 def test_constants_are_copied_and_not_bound(cpu):
     rng = np.random.default_rng()
     w = rng.uniform(-1, 1, (12, 8)).astype(np.float32)  # nn.Linear [out, in]
