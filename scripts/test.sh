@@ -47,6 +47,10 @@ cmake --build /tmp/ge2-consumer
 LD_LIBRARY_PATH=/tmp/ge2-prefix/lib /tmp/ge2-consumer/consumer
 env -u LD_LIBRARY_PATH /tmp/ge2-prefix/bin/ge_tune --help > /dev/null  # installed tools find libge2 (RPATH)
 echo "installed ge_tune runs without LD_LIBRARY_PATH"
+# pkg-config users: the installed ge2.pc compiles and links the C sample.
+pc_flags=$(PKG_CONFIG_PATH=/tmp/ge2-prefix/lib/pkgconfig pkg-config --cflags --libs ge2)
+cc samples/mlp.c $pc_flags -lm -o /tmp/ge2-pc-mlp
+echo "pkg-config ge2: $pc_flags (samples/mlp.c built with it)"
 
 step "5. AddressSanitizer + UndefinedBehaviorSanitizer (CPU tests)"
 CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGE2_WITH_CUDA=OFF \

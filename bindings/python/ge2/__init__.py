@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import warnings
 
 from . import _capi, _checks
 from ._arrays import empty_like_library, view
@@ -101,6 +102,11 @@ class Context:
         handle = ctypes.c_void_p()
         _check(_lib.ge2_context_create(_capi.API_VERSION, ctypes.byref(options), ctypes.byref(handle)))
         self._handle = handle
+        if device == "auto" and self.device == "cpu":
+            # Said once per call site (Python's default warning filter), never silently.
+            warnings.warn("ge2.Context(device='auto') found no usable CUDA device and runs on the CPU "
+                          "reference backend; pass device='cpu' to choose it explicitly",
+                          RuntimeWarning, stacklevel=2)
 
     @property
     def handle(self):

@@ -207,3 +207,17 @@ def test_constants_are_copied_and_not_bound(cpu):
         g.constant("x", given)
     with pytest.raises(TypeError, match="argument 'array'"):
         g.constant("k", [[1.0]])
+
+
+def test_auto_device_without_cuda_warns_that_it_runs_on_the_cpu():
+    """device='auto' never falls back to the CPU silently."""
+    try:
+        probe = ge2.Context(device="cuda", tunedb="")
+        probe.close()
+        pytest.skip("a CUDA device is present: 'auto' picks it")
+    except ge2.Ge2Error:
+        pass
+    with pytest.warns(RuntimeWarning, match="no usable CUDA device and runs on the CPU"):
+        ctx = ge2.Context(device="auto", tunedb="")
+    assert ctx.device == "cpu"
+    ctx.close()
