@@ -216,6 +216,15 @@ std::vector<FfnCase> ffn_cases(std::int64_t tokens, std::int64_t hidden,
   return cases;
 }
 
+PlanPtr compile_plan(ge2_context_t* context, const ge2_graph_t* graph, bool fuse) {
+  ge2_compile_options_t options;
+  GE2_CHECK(ge2_compile_options_init(&options));
+  options.fuse = fuse;
+  ge2_plan_t* raw_plan = nullptr;
+  GE2_CHECK(ge2_plan_compile(context, graph, &options, &raw_plan));
+  return PlanPtr(raw_plan);
+}
+
 GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c) {
   INFO(c.label());
   const std::int64_t t = c.tokens, h = c.hidden, i_size = c.intermediate;
@@ -281,12 +290,7 @@ GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c
   if (c.residual)
     GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_ADD, out, vx, &out));
   GE2_CHECK(ge2_graph_mark_output(graph.get(), out, "y", nullptr));
-  ge2_compile_options_t options;
-  GE2_CHECK(ge2_compile_options_init(&options));
-  options.fuse = c.fuse;
-  ge2_plan_t* raw_plan = nullptr;
-  GE2_CHECK(ge2_plan_compile(context, graph.get(), &options, &raw_plan));
-  PlanPtr plan(raw_plan);
+  PlanPtr plan = compile_plan(context, graph.get(), c.fuse);
 
   void* y_data = memory.upload(y);
   bindings.push_back({"y", y_data});
@@ -398,12 +402,7 @@ GemmResult run_glu_case(ge2_context_t* context, Memory& memory, const GluCase& c
   GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_MUL, c.act_on_second ? up : gate,
                                       c.act_on_second ? gate : up, &out));
   GE2_CHECK(ge2_graph_mark_output(graph.get(), out, "y", nullptr));
-  ge2_compile_options_t options;
-  GE2_CHECK(ge2_compile_options_init(&options));
-  options.fuse = c.fuse;
-  ge2_plan_t* raw_plan = nullptr;
-  GE2_CHECK(ge2_plan_compile(context, graph.get(), &options, &raw_plan));
-  PlanPtr plan(raw_plan);
+  PlanPtr plan = compile_plan(context, graph.get(), c.fuse);
   void* y_data = memory.upload(y);
   bindings.push_back({"y", y_data});
   GE2_CHECK(ge2_plan_execute(plan.get(), bindings.data(), bindings.size(), memory.stream()));

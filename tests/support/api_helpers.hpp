@@ -82,6 +82,9 @@ ElementwiseResult run_elementwise_case(ge2_context_t* context, Memory& memory, g
                                        const std::vector<std::int64_t>& a_shape,
                                        const std::vector<std::int64_t>& b_shape, bool padded_out);
 
+// Compiles `graph` with default options but `fuse`.
+PlanPtr compile_plan(ge2_context_t* context, const ge2_graph_t* graph, bool fuse);
+
 // A transformer feed-forward block in PyTorch's nn.Linear layout (weights
 // [out, in], so every GEMM is x * W^T), with an optional residual:
 //   GeluMlp: y = W2 gelu_erf(W1 x + b1) + b2 (+ x)
