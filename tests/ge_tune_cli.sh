@@ -27,6 +27,7 @@ row() {  # row DEVICE M: one JSON Lines record
 for m in 1 2 3; do row "NVIDIA H200|sm90|132" $m; done > good.jsonl
 row "NVIDIA H100|sm90|132" 4 >> good.jsonl
 
+expect 0 "^ge_tune \(ge2 [0-9]+\.[0-9]+\.[0-9]+, C API 2\)$" -- "$GE_TUNE" --version
 expect 0 "imported 4 entries" -- "$GE_TUNE" --db db.sqlite import --in good.jsonl
 expect 0 "entries: 4" -- "$GE_TUNE" info --db db.sqlite
 expect 0 "entries: 4" -- "$GE_TUNE" --db db.sqlite info

@@ -161,6 +161,8 @@ std::string format_eta(double seconds) {
 int main(int argc, char** argv) {
   CLI::App app{"ge_tune: prebuild and manage the ge2 tuning database"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", fmt::format("ge_tune (ge2 {}, C API {})",
+                                                ge2_get_version_string(), GE2_API_VERSION));
   std::string db;
   std::vector<std::string> shape_texts, presets;
   std::string shapes_file, dtype_text = "f16", act_text = "relu", kernel_filter, device_filter,
