@@ -1,6 +1,8 @@
 // The CUDA backend: device discovery, buffers, per-stream workspaces, execution
 // ordering across streams and host-pointer staging. The steps it creates live
 // in lt_gemm_step.cpp, staged_gemm_step.cpp and simple_steps.cpp.
+#include <nvtx3/nvtx3.hpp>
+
 #include <cstdint>
 #include <mutex>
 
@@ -18,6 +20,11 @@ namespace cuda {
 namespace {
 
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+
+// NVTX domain of ge2's ranges: Nsight Systems shows "ge2" executions and steps.
+struct Ge2NvtxDomain {
+  static constexpr const char* name{"ge2"};
+};
 
 class DeviceBufferHolder final : public Buffer {
  public:
@@ -38,6 +45,7 @@ class CudaPlanState final : public PlanDeviceState {
   std::vector<void*> checked;                // pointer last classified per slot
   std::vector<bool> is_host;                 // its classification
   std::unique_ptr<GraphReplayCache> replay;  // with the graph_replay compile option
+  std::vector<std::string> step_labels;      // NVTX range names, built on the first execution
 };
 
 class CudaBackend final : public Backend {
@@ -117,7 +125,14 @@ class CudaBackend final : public Backend {
                const std::vector<std::size_t>& io_bytes,
                const std::vector<bool>& io_is_output) override {
     GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
+    const nvtx3::scoped_range_in<Ge2NvtxDomain> range{"ge2_plan_execute"};
     auto& plan_state = static_cast<CudaPlanState&>(*state.device_state);
+    if (plan_state.step_labels.size() != steps.size()) {
+      plan_state.step_labels.clear();
+      for (std::size_t i = 0; i < steps.size(); ++i)
+        plan_state.step_labels.push_back(
+            fmt::format("step {}: {}", i, steps[i]->describe().value("name", "step")));
+    }
     if (classify_bound_pointers(state, io_bytes, plan_state)) {
       execute_staged(steps, state, io_bytes, io_is_output, plan_state);
       return;
@@ -176,7 +191,10 @@ class CudaBackend final : public Backend {
     } else {
       state.workspace = workspaces_.get(stream);
       state.workspace_bytes = workspaces_.bytes();
-      for (const auto& step : steps) step->run(state);
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        const nvtx3::scoped_range_in<Ge2NvtxDomain> step_range{ps.step_labels[i]};
+        steps[i]->run(state);
+      }
     }
     if (!capturing) {
       GE2_CUDA_CHECK(cudaEventRecord(ps.done.get(), stream));
