@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace ge2 {
 
@@ -42,10 +43,8 @@ void TuneDbAccess::degrade(const std::string& message) {
   db_.reset();
   if (!warned_) {
     warned_ = true;
-    std::fprintf(stderr,
-                 "ge2: warning: tuning database not used, falling back to cuBLASLt's heuristic: "
-                 "%s\n",
-                 message.c_str());
+    log(LogLevel::Warning, "tuning database not used, falling back to cuBLASLt's heuristic: {}",
+        message);
   }
 }
 

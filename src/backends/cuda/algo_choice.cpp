@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "select/tune_key.hpp"
 
 namespace ge2::cuda {
@@ -53,8 +54,8 @@ std::optional<AlgoChoice> AlgoChooser::from_record(const LtMatmul& matmul, const
     // Malformed JSON in a row: treated like a stale row below.
   }
   ++stale_rows_;
-  std::fprintf(stderr, "ge2: warning: ignoring tunedb row for %s: cuBLASLt rejects its algorithm\n",
-               record.key.to_string().c_str());
+  log(LogLevel::Warning, "ignoring tunedb row for {}: cuBLASLt rejects its algorithm",
+      record.key.to_string());
   return std::nullopt;
 }
 
