@@ -161,6 +161,8 @@ class Graph:
             self._handle = None
 
     def input(self, name: str, shape, dtype="f16", strides=None) -> Value:
+        """A named tensor bound at every execution: shape of 1 to 3 dimensions, dtype "f16", "bf16" or
+        "f32", element strides (None: dense row-major)."""
         f = "ge2.Graph.input"
         encoded = _checks.name(name, "name", f)
         desc = _desc(_dtype(dtype, f), shape, strides, f)
@@ -194,6 +196,8 @@ class Graph:
         return attrs
 
     def gemm(self, a, b, c=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0) -> Value:
+        """alpha * op(a) @ op(b) (+ beta * c). op transposes when trans_a / trans_b: an nn.Linear weight
+        [out, in] is gemm(x, w, trans_b=True). Rank-3 operands are batches of matrices."""
         f = "ge2.Graph.gemm"
         out = ctypes.c_int32()
         attrs = self._attrs(trans_a, trans_b, alpha, beta, f)
@@ -203,12 +207,15 @@ class Graph:
         return Value(out.value)
 
     def bias(self, x, bias) -> Value:
+        """x + bias, with bias of shape [N] added to every row (fused into the GEMM before it)."""
         f = "ge2.Graph.bias"
         out = ctypes.c_int32()
         _check(_lib.ge2_graph_add_bias(self._handle, _value(x, "x", f), _value(bias, "bias", f), ctypes.byref(out)))
         return Value(out.value)
 
     def activation(self, x, act) -> Value:
+        """act(x) for act "relu", "gelu" (exact erf), "gelu_tanh" or "silu". Fused into the GEMM before
+        it, or into the multiply after it (silu(gate) * up)."""
         f = "ge2.Graph.activation"
         out = ctypes.c_int32()
         _check(_lib.ge2_graph_add_activation(self._handle, _value(x, "x", f), _activation(act, f),
@@ -231,6 +238,7 @@ class Graph:
         return self._elementwise(_capi.ELEMENTWISE_MUL, a, b, "ge2.Graph.mul")
 
     def gemm_bias_act(self, a, b, bias=None, act=None, trans_a=False, trans_b=False, alpha=1.0) -> Value:
+        """act(alpha * op(a) @ op(b) + bias) as one node."""
         f = "ge2.Graph.gemm_bias_act"
         out = ctypes.c_int32()
         attrs = self._attrs(trans_a, trans_b, alpha, 0.0, f)
@@ -240,6 +248,7 @@ class Graph:
         return Value(out.value)
 
     def output(self, value, name: str) -> None:
+        """Marks `value` as an output bound by `name` at execution (dense row-major)."""
         f = "ge2.Graph.output"
         _check(_lib.ge2_graph_mark_output(self._handle, _value(value, "value", f), _checks.name(name, "name", f),
                                           None))
