@@ -1,0 +1,216 @@
+/*
+** ge_v2_api.hpp: a header-only C++17 wrapper of ge_v2_api.h.
+**
+** RAII owners for the three handles (Context, Graph, Plan: movable, not
+** copyable, destroyed with their owner) and exceptions instead of statuses:
+** every failing call throws ge2::cxx::Error carrying the status and the
+** library's message (ge2_last_error()). The wrapper adds no state and no
+** symbols: it calls the C functions, so its ABI is the C API's.
+**
+**   ge2::cxx::Context context;                       // GE2_DEVICE_AUTO
+**   ge2::cxx::Graph graph;
+**   auto x = graph.input("x", {GE2_DTYPE_F16, 2, {tokens, 4096}, {}});
+**   auto w = graph.constant("w", {GE2_DTYPE_F16, 2, {11008, 4096}, {}}, weights);
+**   graph.output(graph.activation(graph.gemm(x, w, ge2::cxx::linear()), GE2_ACT_SILU), "y");
+**   ge2::cxx::Plan plan(context, graph);
+**   plan.execute({{"x", x_data}, {"y", y_data}}, stream);
+*/
+#ifndef GE_V2_API_HPP
+#define GE_V2_API_HPP
+
+#include <initializer_list>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ge_v2_api.h"
+
+namespace ge2 {
+namespace cxx {
+
+/* A failed call: status() is the ge2_status_t, what() "STATUS: message". */
+class Error : public std::runtime_error {
+ public:
+  Error(ge2_status_t status, const std::string& message)
+      : std::runtime_error(std::string(ge2_status_string(status)) + ": " + message),
+        status_(status) {}
+  ge2_status_t status() const noexcept { return status_; }
+
+ private:
+  ge2_status_t status_;
+};
+
+/* Throws Error for any status but GE2_OK. */
+inline void check(ge2_status_t status) {
+  if (status != GE2_OK) throw Error(status, ge2_last_error());
+}
+
+/* Default options of each kind, as the *_init functions set them. */
+inline ge2_context_options_t context_options() {
+  ge2_context_options_t options;
+  check(ge2_context_options_init(&options));
+  return options;
+}
+inline ge2_compile_options_t compile_options() {
+  ge2_compile_options_t options;
+  check(ge2_compile_options_init(&options));
+  return options;
+}
+inline ge2_gemm_attrs_t gemm_attrs() {
+  ge2_gemm_attrs_t attrs;
+  check(ge2_gemm_attrs_init(&attrs));
+  return attrs;
+}
+/* x * W^T for a weight W in PyTorch nn.Linear's [out, in] layout. */
+inline ge2_gemm_attrs_t linear() {
+  ge2_gemm_attrs_t attrs = gemm_attrs();
+  attrs.trans_b = 1;
+  return attrs;
+}
+
+namespace detail {
+struct ContextDeleter {
+  void operator()(ge2_context_t* context) const noexcept { ge2_context_destroy(context); }
+};
+struct GraphDeleter {
+  void operator()(ge2_graph_t* graph) const noexcept { ge2_graph_destroy(graph); }
+};
+struct PlanDeleter {
+  void operator()(ge2_plan_t* plan) const noexcept { ge2_plan_destroy(plan); }
+};
+}  // namespace detail
+
+/* A device and its cuBLASLt handle and tuning cache (ge2_context_create). */
+class Context {
+ public:
+  explicit Context(const ge2_context_options_t& options = context_options()) {
+    ge2_context_t* raw = nullptr;
+    check(ge2_context_create(GE2_API_VERSION, &options, &raw));
+    handle_.reset(raw);
+  }
+  /* A context of `device` with the other options at their defaults. */
+  static Context on(ge2_device_kind_t device) {
+    ge2_context_options_t options = context_options();
+    options.device = device;
+    return Context(options);
+  }
+  ge2_device_kind_t device_kind() const {
+    ge2_device_kind_t kind;
+    check(ge2_context_get_device_kind(handle_.get(), &kind));
+    return kind;
+  }
+  std::string describe() const {
+    const char* text = nullptr;
+    check(ge2_context_describe(handle_.get(), &text));
+    return text;
+  }
+  ge2_context_t* get() const noexcept { return handle_.get(); }
+
+ private:
+  std::unique_ptr<ge2_context_t, detail::ContextDeleter> handle_;
+};
+
+/* A graph under construction (ge2_graph_*): each method returns the new value. */
+class Graph {
+ public:
+  Graph() {
+    ge2_graph_t* raw = nullptr;
+    check(ge2_graph_create(&raw));
+    handle_.reset(raw);
+  }
+  ge2_value_t input(const char* name, const ge2_tensor_desc_t& desc) {
+    ge2_value_t out;
+    check(ge2_graph_add_input(get(), name, &desc, &out));
+    return out;
+  }
+  /* `data` is copied now (the span the description addresses). */
+  ge2_value_t constant(const char* name, const ge2_tensor_desc_t& desc, const void* data) {
+    ge2_value_t out;
+    check(ge2_graph_add_constant(get(), name, &desc, data, &out));
+    return out;
+  }
+  ge2_value_t gemm(ge2_value_t a, ge2_value_t b, const ge2_gemm_attrs_t& attrs = gemm_attrs(),
+                   ge2_value_t c = GE2_NO_VALUE) {
+    ge2_value_t out;
+    check(ge2_graph_add_gemm(get(), a, b, c, &attrs, &out));
+    return out;
+  }
+  ge2_value_t bias(ge2_value_t x, ge2_value_t bias_value) {
+    ge2_value_t out;
+    check(ge2_graph_add_bias(get(), x, bias_value, &out));
+    return out;
+  }
+  ge2_value_t activation(ge2_value_t x, ge2_activation_t act) {
+    ge2_value_t out;
+    check(ge2_graph_add_activation(get(), x, act, &out));
+    return out;
+  }
+  ge2_value_t add(ge2_value_t a, ge2_value_t b) { return elementwise(GE2_ELEMENTWISE_ADD, a, b); }
+  ge2_value_t mul(ge2_value_t a, ge2_value_t b) { return elementwise(GE2_ELEMENTWISE_MUL, a, b); }
+  ge2_value_t elementwise(ge2_elementwise_op_t op, ge2_value_t a, ge2_value_t b) {
+    ge2_value_t out;
+    check(ge2_graph_add_elementwise(get(), op, a, b, &out));
+    return out;
+  }
+  ge2_value_t gemm_bias_act(ge2_value_t a, ge2_value_t b, ge2_value_t bias_value,
+                            ge2_activation_t act, const ge2_gemm_attrs_t& attrs = gemm_attrs()) {
+    ge2_value_t out;
+    check(ge2_graph_add_gemm_bias_act(get(), a, b, bias_value, &attrs, act, &out));
+    return out;
+  }
+  /* `layout`: the output's strides (NULL: dense row-major). */
+  void output(ge2_value_t value, const char* name, const ge2_tensor_desc_t* layout = nullptr) {
+    check(ge2_graph_mark_output(get(), value, name, layout));
+  }
+  ge2_tensor_desc_t desc(ge2_value_t value) const {
+    ge2_tensor_desc_t out;
+    check(ge2_graph_get_desc(handle_.get(), value, &out));
+    return out;
+  }
+  ge2_graph_t* get() const noexcept { return handle_.get(); }
+
+ private:
+  std::unique_ptr<ge2_graph_t, detail::GraphDeleter> handle_;
+};
+
+/* A compiled graph (ge2_plan_compile); it may outlive the context and the graph. */
+class Plan {
+ public:
+  Plan(const Context& context, const Graph& graph,
+       const ge2_compile_options_t& options = compile_options()) {
+    ge2_plan_t* raw = nullptr;
+    check(ge2_plan_compile(context.get(), graph.get(), &options, &raw));
+    handle_.reset(raw);
+  }
+  /* Binds every input and output by name and runs the plan on `stream`
+  ** (a cudaStream_t; NULL: the legacy default stream, and NULL on the CPU). */
+  void execute(std::initializer_list<ge2_binding_t> bindings, void* stream = nullptr) {
+    check(ge2_plan_execute(get(), bindings.begin(), bindings.size(), stream));
+  }
+  void execute(const std::vector<ge2_binding_t>& bindings, void* stream = nullptr) {
+    check(ge2_plan_execute(get(), bindings.data(), bindings.size(), stream));
+  }
+  /* The plan text: passes, steps, chosen kernels and candidates (JSON). */
+  std::string describe() const {
+    const char* text = nullptr;
+    check(ge2_plan_describe(handle_.get(), &text));
+    return text;
+  }
+  std::vector<ge2_io_info_t> io() const {
+    size_t count = 0;
+    check(ge2_plan_io_count(handle_.get(), &count));
+    std::vector<ge2_io_info_t> infos(count);
+    for (size_t i = 0; i < count; ++i) check(ge2_plan_io_info(handle_.get(), i, &infos[i]));
+    return infos;
+  }
+  ge2_plan_t* get() const noexcept { return handle_.get(); }
+
+ private:
+  std::unique_ptr<ge2_plan_t, detail::PlanDeleter> handle_;
+};
+
+}  // namespace cxx
+}  // namespace ge2
+
+#endif /* GE_V2_API_HPP */
