@@ -208,7 +208,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     char name[16];
     std::snprintf(name, sizeof(name), "v%d", names++ % 6);
     ge2_status_t status = GE2_OK;
-    switch (in.u8() % 10) {
+    switch (in.u8() % 11) {
       case 0:
       case 1: {
         ge2_tensor_desc_t d = read_desc(in);
@@ -258,6 +258,28 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 9: {
         const ge2_value_t a = pick(), b = pick();
         status = raw_graph_add_elementwise(graph, in.enum_value(2), a, b, &out);
+        break;
+      }
+      case 10: {  // a gated unit act(a·Wg) * (a·Wu) with constant weights of one description,
+                  // the pattern the gate/up concatenation pass joins
+        const ge2_tensor_desc_t d = read_desc(in);
+        const std::int64_t bytes = span_bytes_if_small(d);
+        if (bytes <= 0) break;
+        std::vector<std::uint8_t> gate_data(static_cast<std::size_t>(bytes), in.u8()),
+            up_data(static_cast<std::size_t>(bytes), in.u8());
+        char gate_name[24], up_name[24];
+        std::snprintf(gate_name, sizeof(gate_name), "g%d", names);
+        std::snprintf(up_name, sizeof(up_name), "u%d", names++);
+        ge2_value_t wg = GE2_NO_VALUE, wu = GE2_NO_VALUE, g = GE2_NO_VALUE, u = GE2_NO_VALUE;
+        const ge2_value_t a = pick();
+        if (ge2_graph_add_constant(graph, gate_name, &d, gate_data.data(), &wg) != GE2_OK ||
+            ge2_graph_add_constant(graph, up_name, &d, up_data.data(), &wu) != GE2_OK ||
+            ge2_graph_add_gemm(graph, a, wg, GE2_NO_VALUE, &attrs, &g) != GE2_OK ||
+            ge2_graph_add_gemm(graph, a, wu, GE2_NO_VALUE, &attrs, &u) != GE2_OK)
+          break;
+        if (in.u8() % 2) (void)raw_graph_add_activation(graph, g, in.enum_value(5), &g);
+        status = in.u8() % 2 ? raw_graph_add_elementwise(graph, in.enum_value(2), g, u, &out)
+                             : raw_graph_add_elementwise(graph, in.enum_value(2), u, g, &out);
         break;
       }
     }
