@@ -261,8 +261,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         break;
       }
       case 10: {  // a gated unit act(a·Wg) * (a·Wu) with constant weights of one description,
-                  // the pattern the gate/up concatenation pass joins
-        const ge2_tensor_desc_t d = read_desc(in);
+                  // the pattern the gate/up concatenation pass joins; the weights fit a's K
+        const ge2_value_t a = pick();
+        ge2_tensor_desc_t a_desc;
+        if (ge2_graph_get_desc(graph, a, &a_desc) != GE2_OK || a_desc.rank < 2) break;
+        const std::int64_t k = a_desc.shape[a_desc.rank - 1], n = 1 + in.u8() % 9;
+        attrs.trans_a = 0;
+        attrs.beta = 0.0f;
+        ge2_tensor_desc_t d{a_desc.dtype, 2, {attrs.trans_b ? n : k, attrs.trans_b ? k : n}, {}};
         const std::int64_t bytes = span_bytes_if_small(d);
         if (bytes <= 0) break;
         std::vector<std::uint8_t> gate_data(static_cast<std::size_t>(bytes), in.u8()),
@@ -271,7 +277,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::snprintf(gate_name, sizeof(gate_name), "g%d", names);
         std::snprintf(up_name, sizeof(up_name), "u%d", names++);
         ge2_value_t wg = GE2_NO_VALUE, wu = GE2_NO_VALUE, g = GE2_NO_VALUE, u = GE2_NO_VALUE;
-        const ge2_value_t a = pick();
         if (ge2_graph_add_constant(graph, gate_name, &d, gate_data.data(), &wg) != GE2_OK ||
             ge2_graph_add_constant(graph, up_name, &d, up_data.data(), &wu) != GE2_OK ||
             ge2_graph_add_gemm(graph, a, wg, GE2_NO_VALUE, &attrs, &g) != GE2_OK ||
