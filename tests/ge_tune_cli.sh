@@ -31,6 +31,10 @@ expect 0 "^ge_tune \(ge2 [0-9]+\.[0-9]+\.[0-9]+, C API 2\)$" -- "$GE_TUNE" --ver
 expect 0 "imported 4 entries" -- "$GE_TUNE" --db db.sqlite import --in good.jsonl
 expect 0 "entries: 4" -- "$GE_TUNE" info --db db.sqlite
 expect 0 "entries: 4" -- "$GE_TUNE" --db db.sqlite info
+expect 0 '^\{"database":"[^"]*db.sqlite","entries":4,"schema_version":2\}$' -- "$GE_TUNE" info --db db.sqlite --json
+# list --json writes JSON Lines that import reads back: the same 4 rows.
+"$GE_TUNE" list --db db.sqlite --json > listed.jsonl
+expect 0 "imported 4 entries" -- "$GE_TUNE" import --db relisted.sqlite --in listed.jsonl
 # One resolver: $GE2_TUNEDB, else $XDG_CACHE_HOME/ge2/tunedb.sqlite.
 mkdir -p xdg/ge2 && cp db.sqlite xdg/ge2/tunedb.sqlite
 expect 0 "xdg/ge2/tunedb.sqlite" -- env -u GE2_TUNEDB XDG_CACHE_HOME="$work/xdg" "$GE_TUNE" info

@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> shape_texts, presets;
   std::string shapes_file, dtype_text = "f16", act_text = "relu", kernel_filter, device_filter,
                            file, keep_device;
-  bool no_bias = false, dry_run = false, force = false;
+  bool no_bias = false, dry_run = false, force = false, json = false;
   std::int64_t keep_cublaslt = -1;
 
   auto add_problem_options = [&](CLI::App* sub) {
@@ -188,6 +188,7 @@ int main(int argc, char** argv) {
   auto* list = app.add_subcommand("list", "list stored entries");
   list->add_option("--kernel", kernel_filter, "only this kernel (lt_f16, ...)");
   list->add_option("--device", device_filter, "only devices whose key contains this text");
+  list->add_flag("--json", json, "one JSON object per entry (JSON Lines, as export writes)");
   auto* export_cmd = app.add_subcommand("export", "write entries as JSON Lines");
   export_cmd->add_option("--out", file, "output file (replaced only once complete)")->required();
   auto* import_cmd = app.add_subcommand(
@@ -204,6 +205,7 @@ int main(int argc, char** argv) {
   prune->add_flag("--force", force,
                   "delete even when no entry has the kept device and version (that deletes all)");
   auto* info = app.add_subcommand("info", "database path, schema version and counts");
+  info->add_flag("--json", json, "one JSON object");
   const char* db_help =
       "database file (default: $GE2_TUNEDB, else $XDG_CACHE_HOME/ge2/tunedb.sqlite, else "
       "~/.cache/ge2/tunedb.sqlite)";
@@ -275,6 +277,10 @@ int main(int argc, char** argv) {
     ge2::TuneDb database(db, writes ? ge2::TuneDb::Mode::ReadWrite : ge2::TuneDb::Mode::ReadOnly);
     if (list->parsed()) {
       ge2::TuneDb::Filter filter{device_filter, kernel_filter, std::nullopt};
+      if (json) {
+        for (const auto& r : database.list(filter)) fmt::print("{}\n", r.to_json().dump());
+        return 0;
+      }
       fmt::print("{:<34} {:<8} {:<44} {:>22} {:>10} {:>10} {:>8}\n", "device", "kernel",
                  "signature", "BxMxNxK", "time us", "heur. us", "TFLOP/s");
       for (const auto& r : database.list(filter))
@@ -292,8 +298,14 @@ int main(int argc, char** argv) {
     } else if (prune->parsed()) {
       return run_prune(database, keep_device, keep_cublaslt, dry_run, force);
     } else if (info->parsed()) {
-      fmt::print("database: {}\nschema version: {}\nentries: {}\n", database.path(),
-                 database.schema_version(), database.count());
+      if (json)
+        fmt::print("{}\n", nlohmann::json{{"database", database.path()},
+                                          {"schema_version", database.schema_version()},
+                                          {"entries", database.count()}}
+                               .dump());
+      else
+        fmt::print("database: {}\nschema version: {}\nentries: {}\n", database.path(),
+                   database.schema_version(), database.count());
     }
     return 0;
   } catch (const CLI::Error& error) {
