@@ -40,7 +40,11 @@ for mode in $modes; do
           > "$OUT/gpu_tests-$i.log" 2>&1 &
       done
       wait
-      for i in $(seq 0 $((shards - 1))); do cat "$OUT/gpu_tests-$i.log" >> "$OUT/gpu_tests.log"; done
+      # One file: the device tool returns few files per call.
+      for i in $(seq 0 $((shards - 1))); do
+        echo "===== shard $i" >> "$OUT/gpu_tests.log"
+        cat "$OUT/gpu_tests-$i.log" >> "$OUT/gpu_tests.log" && rm "$OUT/gpu_tests-$i.log"
+      done
     else
       "$BUILD/tests/ge2_gpu_tests" > "$OUT/gpu_tests.log" 2>&1
     fi
