@@ -14,7 +14,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" > /dev/null
 fi
-if ! python3 -c "import numpy, pytest" > /dev/null 2>&1; then
-  echo "setup-deps: installing numpy and pytest from PyPI"
-  python3 -m pip install -q numpy pytest 2> /dev/null || python3 -m pip install -q --break-system-packages numpy pytest
+if ! python3 -c "import numpy, pytest, scikit_build_core" > /dev/null 2>&1; then
+  echo "setup-deps: installing numpy, pytest and scikit-build-core (the wheel's build backend) from PyPI"
+  python3 -m pip install -q numpy pytest scikit-build-core 2> /dev/null ||
+    python3 -m pip install -q --break-system-packages numpy pytest scikit-build-core
+fi
+# python3 -m venv (the wheel is installed into a fresh environment in the tests).
+if ! python3 -c "import ensurepip" > /dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get install -y -qq python3-venv > /dev/null
 fi

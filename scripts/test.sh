@@ -35,9 +35,21 @@ python3 scripts/check_layers.py .  # the include graph follows the documented la
 if command -v clang-format > /dev/null; then  # the tree is clang-formatted (.clang-format)
   git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' '*.c' '*.h' | xargs clang-format --dry-run --Werror
 fi
-rm -rf /tmp/ge2-pip && python3 -m pip install -q --target /tmp/ge2-pip bindings/python
-GE2_LIBRARY=$ROOT/build-cpu/src/libge2.so PYTHONPATH=/tmp/ge2-pip \
-  python3 -c "import ge2; print('pip-installed binding:', ge2.__file__, ge2.library_version())"
+# The wheel (scikit-build-core over the same CMake, CPU-only here) carries libge2: installed
+# into a fresh virtual environment, it imports and computes without GE2_LIBRARY.
+rm -rf /tmp/ge2-wheel /tmp/ge2-venv
+python3 -m pip wheel -q --no-build-isolation --no-deps -w /tmp/ge2-wheel \
+  -C cmake.define.GE2_WITH_CUDA=OFF -C build-dir="$ROOT/build-wheel" bindings/python
+python3 -m venv --system-site-packages /tmp/ge2-venv
+/tmp/ge2-venv/bin/python -m pip install -q --no-deps /tmp/ge2-wheel/ge2-*.whl
+(cd /tmp && env -u GE2_LIBRARY -u PYTHONPATH /tmp/ge2-venv/bin/python -c "
+import numpy as np, ge2
+assert ge2.__file__.startswith('/tmp/ge2-venv/'), ge2.__file__
+a, b = np.random.rand(8, 16).astype(np.float32), np.random.rand(16, 4).astype(np.float32)
+with ge2.Context(device='cpu') as ctx:
+    error = float(np.abs(ge2.gemm_bias_act(a, b, context=ctx) - a @ b).max())
+assert error < 1e-5, error
+print('wheel:', ge2.__file__, ge2.__version__, 'max error', error)")
 
 step "4. find_package(ge2) consumer"
 rm -rf /tmp/ge2-prefix /tmp/ge2-consumer

@@ -67,6 +67,7 @@ def _candidates():
         yield Path(env)
         return
     here = Path(__file__).resolve().parent
+    yield here / "libge2.so.2"  # inside the wheel
     yield here / "libge2.so"
     root = here.parents[2]  # bindings/python/ge2 -> repository root
     for build in sorted(root.glob("build*")):
