@@ -178,8 +178,8 @@ void launch_copy_matrix(DType dtype, const MatrixView& src, const void* src_data
                      src.row_stride,   src.col_stride,
                      dst.batch_stride, dst.row_stride,
                      dst.col_stride,   static_cast<int>(act)};
-  with_cuda_type(dtype, [&](auto tag) {
-    using T = decltype(tag);
+  with_cuda_type(dtype, [&](auto row) {
+    using T = typename decltype(row)::type;
     launch_typed<T>(p, stream);
   });
   GE2_CUDA_CHECK(cudaGetLastError());

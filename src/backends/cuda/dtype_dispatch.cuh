@@ -29,31 +29,23 @@ struct CudaType<DType::F32> {
   static constexpr cudaDataType_t data_type = CUDA_R_32F;
 };
 
-// Calls f(T{}) with T the device type of `dtype`: f's body is instantiated once
-// per row of the table.
+// Calls f(CudaType<dtype>{}): the one switch from a dtype to its CUDA row, so
+// f's body is instantiated once per row (`typename decltype(row)::type`).
 template <typename F>
 decltype(auto) with_cuda_type(DType dtype, F&& f) {
   switch (dtype) {
     case DType::F16:
-      return f(typename CudaType<DType::F16>::type{});
+      return f(CudaType<DType::F16>{});
     case DType::BF16:
-      return f(typename CudaType<DType::BF16>::type{});
+      return f(CudaType<DType::BF16>{});
     case DType::F32:
-      return f(typename CudaType<DType::F32>::type{});
+      return f(CudaType<DType::F32>{});
   }
   fail(GE2_ERROR_INTERNAL, "no CUDA type for dtype {}", static_cast<int>(dtype));
 }
 
 inline cudaDataType_t cuda_data_type(DType dtype) {
-  switch (dtype) {
-    case DType::F16:
-      return CudaType<DType::F16>::data_type;
-    case DType::BF16:
-      return CudaType<DType::BF16>::data_type;
-    case DType::F32:
-      return CudaType<DType::F32>::data_type;
-  }
-  fail(GE2_ERROR_INTERNAL, "no cuBLASLt data type for dtype {}", static_cast<int>(dtype));
+  return with_cuda_type(dtype, [](auto row) { return decltype(row)::data_type; });
 }
 
 }  // namespace ge2::cuda

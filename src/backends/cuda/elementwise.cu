@@ -33,6 +33,7 @@ struct ElementwiseParams {
 
 template <typename T>
 __global__ void elementwise_strided(ElementwiseParams p) {
+  const RuntimeOp op{p.combine, p.x_act, p.act};
   const long long total = p.batch * p.rows * p.cols;
   const T* x = static_cast<const T*>(p.x);
   const T* bias = static_cast<const T*>(p.bias);
@@ -42,14 +43,12 @@ __global__ void elementwise_strided(ElementwiseParams p) {
     const long long j = idx % p.cols;
     const long long i = (idx / p.cols) % p.rows;
     const long long z = idx / (p.cols * p.rows);
-    float v = to_float(x[z * p.x_bs + i * p.x_rs + j * p.x_cs]);
-    if (p.combine != 0) {
-      v = activate(p.x_act, v);
-      const float w = to_float(static_cast<const T*>(p.y)[z * p.y_bs + i * p.y_rs + j * p.y_cs]);
-      v = p.combine == 1 ? v + w : v * w;
-    }
+    const float y = op.reads_y()
+                        ? to_float(static_cast<const T*>(p.y)[z * p.y_bs + i * p.y_rs + j * p.y_cs])
+                        : 0.0f;
+    float v = op.combine(to_float(x[z * p.x_bs + i * p.x_rs + j * p.x_cs]), y);
     if (p.has_bias) v += to_float(bias[j * p.bias_stride]);
-    out[z * p.o_bs + i * p.o_rs + j * p.o_cs] = from_float<T>(activate(p.act, v));
+    out[z * p.o_bs + i * p.o_rs + j * p.o_cs] = from_float<T>(op.finish(v));
   }
 }
 
@@ -233,8 +232,8 @@ void launch_elementwise(const ElementwiseProblem& pr, const void* x, const void*
                          misalignment_bytes(x) == 0 && misalignment_bytes(out) == 0 &&
                          (!pr.has_bias || (pr.bias_stride == 1 && misalignment_bytes(bias) == 0));
   const bool flat = dense(xv) && dense(ov) && y_like_x;
-  with_cuda_type(pr.x.dtype, [&](auto tag) {
-    using T = decltype(tag);
+  with_cuda_type(pr.x.dtype, [&](auto row) {
+    using T = typename decltype(row)::type;
     launch_typed<T>(p, vectorise, flat, stream);
   });
   GE2_CUDA_CHECK(cudaGetLastError());

@@ -135,8 +135,8 @@ void launch_fallback_gemm(const GemmProblem& pr, const void* a, const void* b, c
                   static_cast<unsigned>(std::min<long long>(pr.batch, 65535)));
   require(grid.y <= 65535u, GE2_ERROR_UNSUPPORTED,
           "cuda_f32: M = {} needs {} row tiles, more than the grid allows (65535)", pr.m, grid.y);
-  with_cuda_type(pr.dtype, [&](auto tag) {
-    using T = decltype(tag);
+  with_cuda_type(pr.dtype, [&](auto row) {
+    using T = typename decltype(row)::type;
     fallback_gemm_kernel<T><<<grid, kThreads, 0, stream>>>(p);
   });
   GE2_CUDA_CHECK(cudaGetLastError());

@@ -48,8 +48,8 @@ unsigned blocks_for(long long count) {
 
 void fill_uniform(void* data, DType dtype, std::int64_t count, std::uint64_t seed,
                   cudaStream_t stream) {
-  with_cuda_type(dtype, [&](auto tag) {
-    using T = decltype(tag);
+  with_cuda_type(dtype, [&](auto row) {
+    using T = typename decltype(row)::type;
     fill_kernel<<<blocks_for(count), 256, 0, stream>>>(static_cast<T*>(data), count, seed);
   });
   GE2_CUDA_CHECK(cudaGetLastError());
@@ -60,8 +60,8 @@ double relative_difference(const void* x, const void* ref, DType dtype, std::int
   DeviceBuffer sums(2 * sizeof(double));
   GE2_CUDA_CHECK(cudaMemsetAsync(sums.data(), 0, 2 * sizeof(double), stream));
   auto* s = static_cast<double*>(sums.data());
-  with_cuda_type(dtype, [&](auto tag) {
-    using T = decltype(tag);
+  with_cuda_type(dtype, [&](auto row) {
+    using T = typename decltype(row)::type;
     difference_kernel<<<blocks_for(count), 256, 0, stream>>>(static_cast<const T*>(x),
                                                              static_cast<const T*>(ref), count, s);
   });
