@@ -23,6 +23,38 @@ import os
 import statistics
 
 
+def torch_block(kind, hidden, inter, dtype):
+    """(block, modules): the block as users write it with nn.Linear modules on the GPU."""
+    import torch
+    import torch.nn.functional as F
+
+    lin = lambda i, o: torch.nn.Linear(i, o, bias=kind == "gelu", device="cuda", dtype=dtype)  # noqa: E731
+    if kind == "gelu":
+        fc1, fc2 = lin(hidden, inter), lin(inter, hidden)
+        return (lambda x: x + fc2(F.gelu(fc1(x)))), {"fc1": fc1, "fc2": fc2}
+    gate, up, down = lin(hidden, inter), lin(hidden, inter), lin(inter, hidden)
+    return (lambda x: x + down(F.silu(gate(x)) * up(x))), {"gate": gate, "up": up, "down": down}
+
+
+def ge2_block(kind, modules, tokens, hidden, dtype_name):
+    """The same block as a ge2 graph, the modules' weights as constants ([out, in]: trans_b)."""
+    import ge2
+
+    g = ge2.Graph()
+    x = g.input("x", (tokens, hidden), dtype_name)
+    const = lambda name, t: g.constant(name, t.detach().cpu())  # noqa: E731
+    if kind == "gelu":
+        fc1, fc2 = modules["fc1"], modules["fc2"]
+        h = g.activation(g.bias(g.gemm(x, const("w1", fc1.weight), trans_b=True), const("b1", fc1.bias)), "gelu")
+        y = g.add(g.bias(g.gemm(h, const("w2", fc2.weight), trans_b=True), const("b2", fc2.bias)), x)
+    else:
+        a = g.activation(g.gemm(x, const("wg", modules["gate"].weight), trans_b=True), "silu")
+        h = g.mul(a, g.gemm(x, const("wu", modules["up"].weight), trans_b=True))
+        y = g.add(g.gemm(h, const("wd", modules["down"].weight), trans_b=True), x)
+    g.output(y, "y")
+    return g
+
+
 def cuda_graphed(fn, x):
     """fn(x) captured once as a CUDA graph; calls replay it on x's storage."""
     import torch
@@ -77,7 +109,6 @@ def main():
     parser.add_argument("--compile", action="store_true", help="add torch.compile (slow to build)")
     args = parser.parse_args()
     import torch  # after argparse: --help works without torch
-    import torch.nn.functional as F
 
     import ge2
 
@@ -92,34 +123,16 @@ def main():
         dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
         for kind in args.blocks:
             for inter in args.inter:
-                bias = kind == "gelu"
-                lin = lambda i, o: torch.nn.Linear(i, o, bias=bias, device=dev, dtype=dtype)  # noqa: E731
-                if kind == "gelu":
-                    fc1, fc2 = lin(args.hidden, inter), lin(inter, args.hidden)
-                    torch_block = lambda x: x + fc2(F.gelu(fc1(x)))  # noqa: E731
-                else:
-                    gate, up, down = lin(args.hidden, inter), lin(args.hidden, inter), lin(inter, args.hidden)
-                    torch_block = lambda x: x + down(F.silu(gate(x)) * up(x))  # noqa: E731
+                block, modules = torch_block(kind, args.hidden, inter, dtype)
                 for tokens in args.tokens:
-                    g = ge2.Graph()
-                    x = g.input("x", (tokens, args.hidden), dtype_name)
-                    const = lambda name, t: g.constant(name, t.detach().cpu())  # noqa: E731
-                    if kind == "gelu":
-                        h = g.activation(g.bias(g.gemm(x, const("w1", fc1.weight), trans_b=True),
-                                                const("b1", fc1.bias)), "gelu")
-                        y = g.add(g.bias(g.gemm(h, const("w2", fc2.weight), trans_b=True), const("b2", fc2.bias)), x)
-                    else:
-                        a = g.activation(g.gemm(x, const("wg", gate.weight), trans_b=True), "silu")
-                        h = g.mul(a, g.gemm(x, const("wu", up.weight), trans_b=True))
-                        y = g.add(g.gemm(h, const("wd", down.weight), trans_b=True), x)
-                    g.output(y, "y")
+                    g = ge2_block(kind, modules, tokens, args.hidden, dtype_name)
                     plan = g.compile(ctx)
                     replay = g.compile(ctx, graph_replay=True)
                     tuned = g.compile(tuned_ctx, graph_replay=True)
                     xs = torch.randn(tokens, args.hidden, device=dev, dtype=dtype)
                     ys, yr, yt = torch.empty_like(xs), torch.empty_like(xs), torch.empty_like(xs)
                     with torch.no_grad():
-                        want = torch_block(xs).float()
+                        want = block(xs).float()
                         plan.execute({"x": xs, "y": ys})
                         replay.execute({"x": xs, "y": yr})
                         torch.cuda.synchronize()
@@ -129,11 +142,11 @@ def main():
                             "ge2": lambda: plan.execute({"x": xs, "y": ys}),
                             "ge2 graph_replay": lambda: replay.execute({"x": xs, "y": yr}),
                             "ge2 tuned replay": lambda: tuned.execute({"x": xs, "y": yt}),
-                            "torch eager": lambda: torch_block(xs),
-                            "torch cuda graph": cuda_graphed(torch_block, xs),
+                            "torch eager": lambda: block(xs),
+                            "torch cuda graph": cuda_graphed(block, xs),
                         }
                         if args.compile:
-                            compiled = torch.compile(torch_block, dynamic=False)
+                            compiled = torch.compile(block, dynamic=False)
                             compiled(xs)
                             contenders["torch.compile"] = lambda: compiled(xs)
                         inner = 20 if tokens <= 512 else 5

@@ -39,36 +39,18 @@ def main():
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     import torch
-    import torch.nn.functional as F
 
     import ge2
+    from ffn_blocks import ge2_block, torch_block  # the same blocks as the benchmark
 
     dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     ctx = ge2.Context(device="cuda", tunedb="")
     report = []
     for kind in ("swiglu", "gelu"):
-        bias = kind == "gelu"
-        lin = lambda i, o: torch.nn.Linear(i, o, bias=bias, device="cuda", dtype=dtype)  # noqa: E731
+        block, modules = torch_block(kind, args.hidden, args.inter, dtype)
         h, i = args.hidden, args.inter
-        if kind == "gelu":
-            fc1, fc2 = lin(h, i), lin(i, h)
-            block = lambda x: x + fc2(F.gelu(fc1(x)))  # noqa: E731
-        else:
-            gate, up, down = lin(h, i), lin(h, i), lin(i, h)
-            block = lambda x: x + down(F.silu(gate(x)) * up(x))  # noqa: E731
         for tokens in args.tokens:
-            g = ge2.Graph()
-            x = g.input("x", (tokens, h), args.dtype)
-            const = lambda name, t: g.constant(name, t.detach().cpu())  # noqa: E731
-            if kind == "gelu":
-                hid = g.activation(g.bias(g.gemm(x, const("w1", fc1.weight), trans_b=True), const("b1", fc1.bias)),
-                                   "gelu")
-                y = g.add(g.bias(g.gemm(hid, const("w2", fc2.weight), trans_b=True), const("b2", fc2.bias)), x)
-            else:
-                a = g.activation(g.gemm(x, const("wg", gate.weight), trans_b=True), "silu")
-                y = g.add(g.gemm(g.mul(a, g.gemm(x, const("wu", up.weight), trans_b=True)),
-                                 const("wd", down.weight), trans_b=True), x)
-            g.output(y, "y")
+            g = ge2_block(kind, modules, tokens, h, args.dtype)
             plan = g.compile(ctx)
             xs = torch.randn(tokens, h, device="cuda", dtype=dtype)
             ys = torch.empty_like(xs)
