@@ -50,6 +50,13 @@ struct ElementwiseProblem {
   bool has_bias = false;
   std::int64_t bias_stride = 1;
   Activation act = Activation::None;
+
+  // y's first element, given the pointer bound to y's slot (NULL stays NULL).
+  const void* y_at(const void* slot) const {
+    if (slot == nullptr) return nullptr;
+    return static_cast<const unsigned char*>(slot) +
+           y_offset * static_cast<std::int64_t>(dtype_size(y.dtype));
+  }
 };
 
 }  // namespace ge2

@@ -38,11 +38,8 @@ class CpuElementwiseStep final : public Step {
   CpuElementwiseStep(const ElementwiseProblem& problem, const ElementwiseSlots& slots)
       : problem_(problem), slots_(slots) {}
   void run(const ExecState& s) override {
-    const auto* y = static_cast<const unsigned char*>(slot_pointer(s, slots_.y));
-    if (y != nullptr)
-      y += problem_.y_offset * static_cast<std::int64_t>(dtype_size(problem_.y.dtype));
-    cpu::elementwise(problem_, slot_pointer(s, slots_.x), slot_pointer(s, slots_.bias), y,
-                     slot_pointer(s, slots_.out));
+    cpu::elementwise(problem_, slot_pointer(s, slots_.x), slot_pointer(s, slots_.bias),
+                     problem_.y_at(slot_pointer(s, slots_.y)), slot_pointer(s, slots_.out));
   }
   nlohmann::json describe() const override { return {{"name", "cpu_elementwise"}}; }
 

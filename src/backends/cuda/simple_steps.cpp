@@ -38,11 +38,9 @@ class ElementwiseStep final : public Step {
   ElementwiseStep(const ElementwiseProblem& problem, const ElementwiseSlots& slots)
       : problem_(problem), slots_(slots) {}
   void run(const ExecState& s) override {
-    const auto* y = static_cast<const unsigned char*>(slot_pointer(s, slots_.y));
-    if (y != nullptr)
-      y += problem_.y_offset * static_cast<std::int64_t>(dtype_size(problem_.y.dtype));
     launch_elementwise(problem_, slot_pointer(s, slots_.x), slot_pointer(s, slots_.bias),
-                       slot_pointer(s, slots_.out), static_cast<cudaStream_t>(s.stream), y);
+                       slot_pointer(s, slots_.out), static_cast<cudaStream_t>(s.stream),
+                       problem_.y_at(slot_pointer(s, slots_.y)));
   }
   nlohmann::json describe() const override { return {{"name", "cuda_elementwise"}}; }
 
