@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 through the device tool (see docs/gpu-validation.md):
-#   scripts/gpu-check.sh [tests|reliability|sanitize|tune|notebook|profile|ffn|bench|all]...
+#   scripts/gpu-check.sh [tests|cutlass|reliability|sanitize|tune|notebook|profile|ffn|bench|all]...
 # Uses the build folder made on the development machine (build-gpu, carried;
 # the device lacks sqlite3.h), runs the gpu-labelled tests, the sample, the
 # sanitizers and the benchmarks, and prints a short table last. Logs go to $OUT.
@@ -55,6 +55,18 @@ for mode in $modes; do
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python python3 -m pytest -q -rs \
       "$ROOT/bindings/python/tests" > "$OUT/pytest.log" 2>&1
     note "python binding (pytest): $(tail -1 "$OUT/pytest.log")"
+    ;;&
+  cutlass | all)
+    # The CUTLASS family: its GPU cases, the same under memcheck, and the layer
+    # benchmark against cuBLASLt and PyTorch (CUTLASS_ARGS, e.g. --quick).
+    "$BUILD/tests/ge2_gpu_tests" -tc='gpu cutlass*' > "$OUT/gpu_cutlass.log" 2>&1
+    note "gpu cutlass cases: exit $? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_cutlass.log" | tr '\n' ' ')"
+    compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" \
+      -tc='gpu cutlass*' > "$OUT/sanitizer-cutlass.log" 2>&1
+    note "compute-sanitizer memcheck (cutlass cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-cutlass.log" | tail -1))"
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$ROOT/bench \
+      python3 "$ROOT/bench/cutlass_layers.py" --out "$OUT" ${CUTLASS_ARGS:-} > "$OUT/cutlass_layers.log" 2>&1
+    note "cutlass layers: exit $? (cutlass_layers.log)"
     ;;&
   reliability | all)
     # The reliability cases of the GPU tests under memcheck, and the one-shot

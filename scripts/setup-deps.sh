@@ -19,6 +19,13 @@ if ! python3 -c "import numpy, pytest, scikit_build_core" > /dev/null 2>&1; then
   python3 -m pip install -q numpy pytest scikit-build-core 2> /dev/null ||
     python3 -m pip install -q --break-system-packages numpy pytest scikit-build-core
 fi
+# CUTLASS headers for the sm90a kernels, where a CUDA toolkit is present; --no-deps:
+# the wheel's Python dependencies (cuda-python, scipy, ...) are not needed for its headers.
+if command -v nvcc > /dev/null 2>&1 && ! python3 -c "import cutlass_library" > /dev/null 2>&1; then
+  echo "setup-deps: installing the CUTLASS headers (nvidia-cutlass, without its Python dependencies)"
+  python3 -m pip install -q --no-deps nvidia-cutlass 2> /dev/null ||
+    python3 -m pip install -q --no-deps --break-system-packages nvidia-cutlass
+fi
 # python3 -m venv (the wheel is installed into a fresh environment in the tests).
 if ! python3 -c "import ensurepip" > /dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

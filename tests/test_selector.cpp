@@ -114,6 +114,99 @@ TEST_CASE("selector: activations without a cuBLASLt epilogue cost an extra pass 
   }
 }
 
+namespace {
+
+// nn.Linear's layout: x [M, K] times the weight [N, K] transposed.
+GemmProblem linear(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) {
+  GemmProblem p = problem(dtype, m, n, k);
+  p.trans_b = true;
+  p.b = {1, n, k, 0, k, 1};
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("selector: CUTLASS kernels win where their epilogue saves cuBLASLt's extra pass") {
+  const DeviceInfo h200 = synthetic_h200();
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    const KernelId lt = dtype == DType::F16 ? KernelId::LtF16 : KernelId::LtBf16;
+    GemmProblem p = linear(dtype, 4096, 11008, 4096);
+    p.has_bias = true;
+    for (Activation act : {Activation::GeluErf, Activation::Silu}) {
+      p.act = act;
+      const auto s = select_gemm_kernel(p, h200, {});
+      CAPTURE(activation_name(act));
+      CHECK(is_cutlass_kernel(s.kernel));
+      CHECK(kernel_info(s.kernel).dtype == dtype);
+    }
+    // Epilogues cuBLASLt fuses itself stay with cuBLASLt, small problems included.
+    for (Activation act : {Activation::None, Activation::Relu, Activation::GeluTanh}) {
+      for (GemmProblem q : {p, linear(dtype, 512, 1024, 512), linear(dtype, 8, 4096, 4096)}) {
+        q.act = act;
+        CHECK(select_gemm_kernel(q, h200, {}).kernel == lt);
+      }
+    }
+  }
+  // Small M: the 64x128 ping-pong tiles fill more SMs than 128x256 ones.
+  GemmProblem small = linear(DType::F16, 64, 4096, 4096);
+  small.act = Activation::GeluErf;
+  const auto s = select_gemm_kernel(small, h200, {});
+  CHECK(candidate(s, KernelId::CutlassF16Pingpong).estimated_us <
+        candidate(s, KernelId::CutlassF16Coop).estimated_us);
+}
+
+TEST_CASE("selector: CUTLASS layout rules name what they refuse") {
+  const DeviceInfo h200 = synthetic_h200();
+  GemmProblem p = linear(DType::F16, 256, 512, 1024);
+  p.act = Activation::GeluErf;
+  CHECK(cutlass_layout_problem(p).empty());
+  auto reason = [&](const GemmProblem& q) {
+    return candidate(select_gemm_kernel(q, h200, {}), KernelId::CutlassF16Coop).reason;
+  };
+  GemmProblem kn = problem(DType::F16, 256, 512, 1024);  // B stored [K, N]
+  CHECK(reason(kn).find("op(B) is not K-contiguous") != std::string::npos);
+  GemmProblem odd_k = linear(DType::F16, 256, 512, 1000 + 3);
+  CHECK(reason(odd_k).find("K = 1003 is not a multiple of 8") != std::string::npos);
+  GemmProblem padded = p;
+  padded.d.row_stride = 515;
+  CHECK(reason(padded).find("D's row stride (515 elements)") != std::string::npos);
+  padded.d.row_stride = 520;  // padded to 16 bytes: fine
+  CHECK(candidate(select_gemm_kernel(padded, h200, {}), KernelId::CutlassF16Coop).feasible);
+  GemmProblem strided_bias = p;
+  strided_bias.has_bias = true;
+  strided_bias.bias_stride = 2;
+  CHECK(reason(strided_bias) == "bias is not contiguous");
+  GemmProblem f32 = linear(DType::F32, 256, 512, 1024);
+  CHECK(candidate(select_gemm_kernel(f32, h200, {}), KernelId::CutlassF16Coop).reason ==
+        "needs f16 tensors");
+  DeviceInfo ampere = h200;
+  ampere.cc_major = 8;
+  CHECK(candidate(select_gemm_kernel(p, ampere, {}), KernelId::CutlassF16Coop)
+            .reason.find("needs compute capability 9.0") != std::string::npos);
+}
+
+TEST_CASE("selector: a batch over shared weights folds into M for the CUTLASS kernels") {
+  GemmProblem p = linear(DType::BF16, 37, 512, 256);
+  p.batch = 3;
+  p.a = {3, 37, 256, 37 * 256, 256, 1};
+  p.d = {3, 37, 512, 37 * 512, 512, 1};
+  const GemmProblem folded = fold_batch_into_m(p);
+  CHECK(folded.batch == 1);
+  CHECK(folded.m == 111);
+  CHECK(folded.op_a().rows == 111);
+  CHECK(folded.d.rows == 111);
+  CHECK(cutlass_layout_problem(p).empty());
+  // A's batches apart (padding between them): no fold, and B shared is refused.
+  p.a.batch_stride = 40 * 256;
+  CHECK(fold_batch_into_m(p).batch == 3);
+  CHECK(cutlass_layout_problem(p) ==
+        "an operand is shared across the batch and the batch does not fold into M");
+  // Every operand with its own batches runs batched.
+  p.b.batch = 3;
+  p.b.batch_stride = 512 * 256;
+  CHECK(cutlass_layout_problem(p).empty());
+}
+
 TEST_CASE("activation table: one row per C value, in order; the functors' formulas") {
   for (std::size_t i = 0; i < std::size(kActivations); ++i) {
     CHECK(static_cast<std::size_t>(kActivations[i].act) == i);

@@ -12,10 +12,23 @@
 
 namespace ge2 {
 
-enum class KernelId { LtF16, LtBf16, LtTf32, LtF32, CudaF32, CpuRef };
-inline constexpr int kKernelCount = 6;
+enum class KernelId {
+  LtF16,
+  LtBf16,
+  LtTf32,
+  LtF32,
+  CutlassF16Coop,
+  CutlassF16Pingpong,
+  CutlassBf16Coop,
+  CutlassBf16Pingpong,
+  CudaF32,
+  CpuRef
+};
+inline constexpr int kKernelCount = 10;
 
-enum class KernelFamily { Cublaslt, CudaFallback, CpuReference };
+// Cutlass: ge2's own sm90a kernels (src/backends/cuda/cutlass/), one row per
+// tile configuration; they compute every activation in the epilogue.
+enum class KernelFamily { Cublaslt, Cutlass, CudaFallback, CpuReference };
 
 // The selector's cost model of one kernel on a 132-SM Hopper part (scaled by SM
 // count on others). It only has to rank kernels; docs/selector.md has the fit.
@@ -68,6 +81,37 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      false,
      0,
      {50.0, 12.0, 0.45, 128, 64}},
+    // Cooperative 128x256x64 tiles on 2x1 clusters for large problems, ping-pong
+    // 64x128x64 tiles where M or N is small. Rated a little under cuBLASLt so
+    // that they win where their epilogue saves the separate activation pass.
+    {KernelId::CutlassF16Coop,
+     "cutlass_f16_128x256",
+     KernelFamily::Cutlass,
+     DType::F16,
+     false,
+     90,
+     {700.0, 12.0, 0.45, 128, 256}},
+    {KernelId::CutlassF16Pingpong,
+     "cutlass_f16_64x128",
+     KernelFamily::Cutlass,
+     DType::F16,
+     false,
+     90,
+     {600.0, 12.0, 0.45, 64, 128}},
+    {KernelId::CutlassBf16Coop,
+     "cutlass_bf16_128x256",
+     KernelFamily::Cutlass,
+     DType::BF16,
+     false,
+     90,
+     {700.0, 12.0, 0.45, 128, 256}},
+    {KernelId::CutlassBf16Pingpong,
+     "cutlass_bf16_64x128",
+     KernelFamily::Cutlass,
+     DType::BF16,
+     false,
+     90,
+     {600.0, 12.0, 0.45, 64, 128}},
     {KernelId::CudaF32,
      "cuda_f32",
      KernelFamily::CudaFallback,
@@ -98,6 +142,9 @@ constexpr const KernelInfo& kernel_info(KernelId id) {
 constexpr std::string_view kernel_name(KernelId id) { return kernel_info(id).name; }
 constexpr bool is_cublaslt_kernel(KernelId id) {
   return kernel_info(id).family == KernelFamily::Cublaslt;
+}
+constexpr bool is_cutlass_kernel(KernelId id) {
+  return kernel_info(id).family == KernelFamily::Cutlass;
 }
 std::optional<KernelId> kernel_from_name(std::string_view name);
 

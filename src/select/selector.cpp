@@ -31,6 +31,12 @@ constexpr double kUnalignedTensorCorePenalty = 0.2;
 // unstaged, measured 25.8 vs 17.3). Stage only for a predicted gain of 15% or more.
 constexpr double kStagingRequiredGain = 0.85;
 
+// Untuned, a CUTLASS kernel is chosen only where its epilogue saves the separate
+// activation pass cuBLASLt needs (erf GELU, SiLU): elsewhere the model cannot
+// tell two tensor-core GEMMs apart reliably, and cuBLASLt's own heuristic picks
+// among many more tile shapes. Measured times (the tuner) replace both estimates.
+constexpr double kCutlassWithoutFusionPenalty = 1.25;
+
 std::string dtype_rule(const KernelInfo& kernel, DType dtype, const SelectionPolicy& policy) {
   if (kernel.dtype && *kernel.dtype != dtype)
     return fmt::format("needs {} tensors", dtype_name(*kernel.dtype));
@@ -72,6 +78,10 @@ double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& devi
   const double bandwidth = device.memory_bandwidth_gbs > 0 ? device.memory_bandwidth_gbs : 100.0;
   const double memory_us = p.min_bytes() / (bandwidth * 1e3 * model.bandwidth_fraction);
   double total = model.launch_us + std::max(compute_us, memory_us);
+  if (is_cutlass_kernel(kernel) && activation_info(p.act).cublaslt != LtEpilogue::kNone) {
+    total *= kCutlassWithoutFusionPenalty;
+    basis += ", no epilogue cuBLASLt lacks (untuned: cuBLASLt preferred)";
+  }
   if (is_cublaslt_kernel(kernel) && activation_info(p.act).cublaslt == LtEpilogue::kNone) {
     // No cuBLASLt epilogue computes it (erf GELU, SiLU): one more pass over D.
     const double d_bytes = 2.0 * static_cast<double>(p.m) * p.n * p.batch * dtype_size(p.dtype);
@@ -123,6 +133,57 @@ std::string cublaslt_layout_problem(const GemmProblem& p) {
   return "";
 }
 
+GemmProblem fold_batch_into_m(const GemmProblem& p) {
+  if (p.batch == 1 || p.b.batch_stride != 0) return p;
+  const MatrixView a = p.op_a();
+  auto back_to_back = [&](const MatrixView& v) {
+    return v.col_stride == 1 && v.batch_stride == p.m * v.row_stride;
+  };
+  if (!back_to_back(a) || !back_to_back(p.d) || (p.has_c && !back_to_back(p.c))) return p;
+  GemmProblem folded = p;
+  folded.m = p.m * p.batch;
+  folded.batch = 1;
+  for (MatrixView* v : {&folded.a, &folded.c, &folded.d}) {
+    v->batch = 1;
+    v->batch_stride = 0;
+  }
+  (p.trans_a ? folded.a.cols : folded.a.rows) = folded.m;
+  folded.d.rows = folded.m;
+  if (folded.has_c) folded.c.rows = folded.m;
+  return folded;
+}
+
+std::string cutlass_layout_problem(const GemmProblem& problem) {
+  const GemmProblem p = fold_batch_into_m(problem);
+  const std::int64_t vector = 16 / static_cast<std::int64_t>(dtype_size(p.dtype));
+  const MatrixView a = p.op_a(), b = p.op_b();
+  if (a.col_stride != 1 && a.cols != 1) return "op(A) is not row-major (K is not contiguous)";
+  if (b.row_stride != 1 && b.rows != 1)
+    return "op(B) is not K-contiguous (the CUTLASS kernels take B as an [N, K] weight, trans_b)";
+  if (p.d.col_stride != 1) return "D is not row-major";
+  if (p.has_c && p.c.col_stride != 1) return "C is not row-major";
+  if (p.has_bias && p.bias_stride != 1) return "bias is not contiguous";
+  if (p.k % vector != 0) return fmt::format("K = {} is not a multiple of {}", p.k, vector);
+  if (p.n % vector != 0) return fmt::format("N = {} is not a multiple of {}", p.n, vector);
+  const std::int64_t lda = a.row_stride, ldb = b.col_stride;
+  for (auto [name, stride] : {std::pair{"A's row stride", lda}, std::pair{"B's row stride", ldb},
+                              std::pair{"D's row stride", p.d.row_stride},
+                              std::pair{"C's row stride", p.has_c ? p.c.row_stride : vector},
+                              std::pair{"A's batch stride", p.a.batch_stride},
+                              std::pair{"B's batch stride", p.b.batch_stride},
+                              std::pair{"D's batch stride", p.d.batch_stride},
+                              std::pair{"C's batch stride", p.has_c ? p.c.batch_stride : 0}})
+    if (stride % vector != 0)
+      return fmt::format("{} ({} elements) is not a multiple of 16 bytes", name, stride);
+  if (p.batch > 1 && (p.a.batch_stride == 0 || p.b.batch_stride == 0 || p.d.batch_stride == 0 ||
+                      (p.has_c && p.c.batch_stride == 0)))
+    return "an operand is shared across the batch and the batch does not fold into M";
+  constexpr std::int64_t kIntMax = 2147483647;
+  if (p.m > kIntMax || p.n > kIntMax || p.k > kIntMax || p.batch > kIntMax)
+    return "a dimension exceeds 2^31 - 1";
+  return "";
+}
+
 bool is_tensor_core_aligned(const GemmProblem& p) {
   const std::int64_t elements_per_16b = 16 / static_cast<std::int64_t>(dtype_size(p.dtype));
   auto aligned = [&](const MatrixView& v, bool used) {
@@ -148,6 +209,7 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
     if (reason.empty()) reason = dtype_rule(kernel_info(kernel), problem.dtype, policy);
     if (reason.empty() && is_cublaslt_kernel(kernel) && !layout_problem.empty())
       reason = layout_problem;
+    if (reason.empty() && is_cutlass_kernel(kernel)) reason = cutlass_layout_problem(problem);
     if (!reason.empty()) {
       candidate.reason = reason;
       selection.candidates.push_back(candidate);

@@ -42,6 +42,15 @@ using MeasuredTime = std::function<std::optional<double>(KernelId, const GemmPro
 // Whether a cuBLASLt kernel can express the layout (one unit stride per operand,
 // row-major D, unit-stride bias); empty when it can, else the reason.
 std::string cublaslt_layout_problem(const GemmProblem& problem);
+// Whether ge2's CUTLASS kernels can run the problem: K contiguous in op(A) and
+// op(B) (row-major A; B as nn.Linear's [N, K] weight), row-major C and D, every
+// leading dimension and batch stride a multiple of 16 bytes, a contiguous bias
+// and a batch that either has its own operands or folds into M. Empty when they
+// can, else the reason (the plan shows it).
+std::string cutlass_layout_problem(const GemmProblem& problem);
+// The problem with a batch folded into M where its operands allow (B shared by
+// every batch, A, C and D batches back to back); else unchanged.
+GemmProblem fold_batch_into_m(const GemmProblem& problem);
 // Whether every leading dimension and batch stride is a multiple of 16 bytes.
 bool is_tensor_core_aligned(const GemmProblem& problem);
 // The aligned problem a staged cuBLASLt step runs: op(A) as row-major [M, Kp],

@@ -59,11 +59,11 @@ std::string GemmCase::label() const {
   static const char* dtypes[] = {"?", "f16", "bf16", "f32"};
   static const char* acts[] = {"none", "relu", "gelu_erf", "gelu_tanh", "silu"};
   static_assert(std::size(acts) == GE2_ACT_SILU + 1);
-  return fmt::format("{} {}x{}x{}x{} ta={} tb={} bias={} act={} {}{}{}{}", dtypes[dtype], batch, m,
-                     n, k, trans_a, trans_b, has_bias, acts[act],
-                     fused_node ? "fused-node" : "chain",
-                     pad_lda || pad_ldb || pad_ldd ? " padded" : "",
-                     a_column_major ? " A-colmajor" : "", with_c ? " with-C" : "");
+  return fmt::format(
+      "{} {}x{}x{}x{} ta={} tb={} bias={} act={} {}{}{}{}{}", dtypes[dtype], batch, m, n, k,
+      trans_a, trans_b, has_bias, acts[act], fused_node ? "fused-node" : "chain",
+      pad_lda || pad_ldb || pad_ldd ? " padded" : "", a_column_major ? " A-colmajor" : "",
+      with_c ? " with-C" : "", shared_b ? " shared-B" : "");
 }
 
 ge2_status_t compile_with_huge_intermediate(ge2_context_t* context, std::int64_t cols,
@@ -126,7 +126,11 @@ GemmResult run_gemm_case(ge2_context_t* context, Memory& memory, const GemmCase&
   } else {
     a = make_tensor(c.dtype, shape(a_rows, a_cols), strides(a_rows, a_cols, c.pad_lda));
   }
-  HostTensor b = make_tensor(c.dtype, shape(b_rows, b_cols), strides(b_rows, b_cols, c.pad_ldb));
+  HostTensor b =
+      c.shared_b ? make_tensor(c.dtype, {b_rows, b_cols},
+                               c.pad_ldb ? std::vector<std::int64_t>{b_cols + c.pad_ldb, 1}
+                                         : std::vector<std::int64_t>{})
+                 : make_tensor(c.dtype, shape(b_rows, b_cols), strides(b_rows, b_cols, c.pad_ldb));
   HostTensor bias = make_tensor(c.dtype, {c.n});
   HostTensor cm = make_tensor(c.dtype, shape(c.m, c.n));
   HostTensor d = make_tensor(c.dtype, shape(c.m, c.n), strides(c.m, c.n, c.pad_ldd));

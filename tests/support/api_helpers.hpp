@@ -47,6 +47,7 @@ std::unique_ptr<Memory> host_memory();
 struct GemmCase {
   ge2_dtype_t dtype = GE2_DTYPE_F32;
   std::int64_t m = 1, n = 1, k = 1, batch = 1;  // batch > 1 makes rank-3 operands
+  bool shared_b = false;  // with batch > 1: B stays rank 2, one weight for every batch
   bool trans_a = false, trans_b = false;
   bool has_bias = false;
   ge2_activation_t act = GE2_ACT_NONE;

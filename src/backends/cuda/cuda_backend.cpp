@@ -81,14 +81,37 @@ class CudaBackend final : public Backend {
             {"compute_capability", fmt::format("{}.{}", device_.cc_major, device_.cc_minor)},
             {"sm_count", device_.sm_count},
             {"cublaslt_version", device_.cublaslt_version},
+            {"cutlass_kernels", cutlass_usable() ? "offered (sm_90a)" : cutlass_absence()},
             {"workspace_bytes_per_stream", kWorkspaceBytes},
             {"tuning", chooser_->describe()}};
   }
   MeasuredTime measured_times() override { return chooser_->measured_times(); }
+  // The CUTLASS kernels are sm90a code: Hopper (compute capability 9.0) only,
+  // and only in builds with CUTLASS.
   std::span<const KernelId> gemm_kernels() const override {
     static constexpr KernelId kOffered[] = {KernelId::LtF16, KernelId::LtBf16, KernelId::LtTf32,
                                             KernelId::LtF32, KernelId::CudaF32};
-    return kOffered;
+    static constexpr KernelId kWithCutlass[] = {
+        KernelId::LtF16,           KernelId::LtBf16,
+        KernelId::LtTf32,          KernelId::LtF32,
+        KernelId::CutlassF16Coop,  KernelId::CutlassF16Pingpong,
+        KernelId::CutlassBf16Coop, KernelId::CutlassBf16Pingpong,
+        KernelId::CudaF32};
+    return cutlass_usable() ? std::span<const KernelId>(kWithCutlass) : kOffered;
+  }
+  bool cutlass_usable() const {
+#ifdef GE2_WITH_CUTLASS
+    return device_.cc_major == 9 && device_.cc_minor == 0;
+#else
+    return false;
+#endif
+  }
+  static const char* cutlass_absence() {
+#ifdef GE2_WITH_CUTLASS
+    return "not offered: sm_90a code needs a compute capability 9.0 device";
+#else
+    return "not offered: built without CUTLASS (GE2_WITH_CUTLASS=OFF)";
+#endif
   }
 
   std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
@@ -97,6 +120,14 @@ class CudaBackend final : public Backend {
     require(kernel != KernelId::CpuRef, GE2_ERROR_UNSUPPORTED,
             "the CUDA backend cannot run kernel 'cpu_ref'");
     if (kernel == KernelId::CudaF32) return make_fallback_gemm_step(problem, slots);
+#ifdef GE2_WITH_CUTLASS
+    if (is_cutlass_kernel(kernel)) {
+      const KernelId lt = problem.dtype == DType::BF16 ? KernelId::LtBf16 : KernelId::LtF16;
+      return make_cutlass_gemm_step(problem, kernel, slots, ordinal_, device_.sm_count,
+                                    make_lt_gemm_step(lt_.get(), problem, lt, slots, *chooser_));
+    }
+#endif
+    require(!is_cutlass_kernel(kernel), GE2_ERROR_UNSUPPORTED, "{}", cutlass_absence());
     // No algorithm or an inexpressible layout throws: the plan then asks the
     // selector for its next choice (or fails, for a forced kernel).
     if (staged) return make_staged_gemm_step(lt_.get(), problem, kernel, slots, *chooser_);

@@ -23,6 +23,11 @@ std::unique_ptr<Step> make_lt_gemm_step(cublasLtHandle_t handle, const GemmProbl
 std::unique_ptr<Step> make_staged_gemm_step(cublasLtHandle_t handle, const GemmProblem& problem,
                                             KernelId kernel, const GemmSlots& slots,
                                             AlgoChooser& chooser);
+// A CUTLASS kernel row (sm90a builds with CUTLASS only); `unaligned_fallback`
+// runs executions whose pointers are not 16-byte aligned.
+std::unique_ptr<Step> make_cutlass_gemm_step(const GemmProblem& problem, KernelId kernel,
+                                             const GemmSlots& slots, int device, int sm_count,
+                                             std::unique_ptr<Step> unaligned_fallback);
 // cuda_f32: any dtype, layout and epilogue.
 std::unique_ptr<Step> make_fallback_gemm_step(const GemmProblem& problem, const GemmSlots& slots);
 std::unique_ptr<Step> make_elementwise_step(const ElementwiseProblem& problem,

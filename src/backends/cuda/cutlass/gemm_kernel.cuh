@@ -1,0 +1,139 @@
+// One CUTLASS 3.x sm90a GEMM with ge2's epilogue, D = act(alpha * acc + beta * C
+// + bias): the TMA warp-specialized mainloop built by CollectiveBuilder and the
+// LinCombPerColBiasEltAct epilogue fusion with the run-time activation. An
+// instance file picks the element type and the tile configuration.
+#pragma once
+
+#include <cutlass/cutlass.h>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cute/tensor.hpp>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/operations.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/util/packed_stride.hpp>
+
+#include <mutex>
+
+#include "backends/cuda/cutlass/gemm_launcher.hpp"
+#include "backends/cuda/cutlass/runtime_activation.cuh"
+
+namespace ge2::cuda::cutlass_kernels {
+
+// Large problems: two consumer warp groups share a 128x256 tile, clusters of two
+// CTAs along M share B's tiles through TMA multicast.
+struct Cooperative128x256 {
+  using Tile = cute::Shape<cute::_128, cute::_256, cute::_64>;
+  using Cluster = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using Mainloop = ::cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = ::cutlass::epilogue::TmaWarpSpecializedCooperative;
+  static constexpr const char* kName = "cooperative 128x256x64, cluster 2x1";
+};
+// Small M or N: two consumer warp groups alternate on 64x128 tiles, one's
+// epilogue overlapping the other's mainloop.
+struct Pingpong64x128 {
+  using Tile = cute::Shape<cute::_64, cute::_128, cute::_64>;
+  using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using Mainloop = ::cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = ::cutlass::epilogue::TmaWarpSpecialized;
+  static constexpr const char* kName = "ping-pong 64x128x64, cluster 1x1";
+};
+
+template <typename Element, typename Config>
+class CutlassGemm final : public GemmLauncher {
+  static constexpr int kAlignment = 16 / sizeof(Element);
+  using RowMajor = ::cutlass::layout::RowMajor;
+  using ColumnMajor = ::cutlass::layout::ColumnMajor;  // B as [N, K]: K contiguous
+  using Fusion =
+      ::cutlass::epilogue::fusion::LinCombPerColBiasEltAct<RuntimeActivation, Element, float,
+                                                           Element, Element, float>;
+  using CollectiveEpilogue = typename ::cutlass::epilogue::collective::CollectiveBuilder<
+      ::cutlass::arch::Sm90, ::cutlass::arch::OpClassTensorOp, typename Config::Tile,
+      typename Config::Cluster, ::cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      Element, RowMajor, kAlignment, Element, RowMajor, kAlignment, typename Config::Epilogue,
+      Fusion>::CollectiveOp;
+  using CollectiveMainloop = typename ::cutlass::gemm::collective::CollectiveBuilder<
+      ::cutlass::arch::Sm90, ::cutlass::arch::OpClassTensorOp, Element, RowMajor, kAlignment,
+      Element, ColumnMajor, kAlignment, float, typename Config::Tile, typename Config::Cluster,
+      ::cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      typename Config::Mainloop>::CollectiveOp;
+  using Kernel = ::cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
+                                                        CollectiveMainloop, CollectiveEpilogue>;
+  using Gemm = ::cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+ public:
+  std::string check(const GemmArgs& args) const override {
+    const auto arguments = to_arguments(args);
+    const ::cutlass::Status status = Gemm::can_implement(arguments);
+    if (status == ::cutlass::Status::kSuccess) return "";
+    return std::string("CUTLASS cannot implement it: ") + ::cutlass::cutlassGetStatusString(status);
+  }
+
+  std::size_t workspace_bytes(const GemmArgs& args) const override {
+    return Gemm::get_workspace_size(to_arguments(args));
+  }
+
+  std::string launch(const GemmArgs& args, void* workspace, std::size_t workspace_bytes,
+                     cudaStream_t stream) override {
+    // Steps of one plan may run on several threads at once; the kernel
+    // parameters live in gemm_ until the launch has copied them.
+    std::lock_guard lock(mutex_);
+    if (!initialized_ || !same_arguments(args, last_)) {
+      const auto arguments = to_arguments(args);
+      if (Gemm::get_workspace_size(arguments) > workspace_bytes)
+        return "the CUTLASS kernel needs more workspace than the stream's";
+      const ::cutlass::Status status = gemm_.initialize(arguments, workspace, stream);
+      if (status != ::cutlass::Status::kSuccess) {
+        initialized_ = false;
+        return std::string("CUTLASS initialize: ") + ::cutlass::cutlassGetStatusString(status);
+      }
+      last_ = args;
+      initialized_ = true;
+    }
+    const ::cutlass::Status status = gemm_.run(stream);
+    if (status != ::cutlass::Status::kSuccess)
+      return std::string("CUTLASS launch: ") + ::cutlass::cutlassGetStatusString(status) + " (" +
+             cudaGetErrorString(cudaGetLastError()) + ")";
+    return "";
+  }
+
+  std::string configuration() const override { return Config::kName; }
+
+ private:
+  static typename Gemm::Arguments to_arguments(const GemmArgs& g) {
+    using StrideA = typename Gemm::GemmKernel::StrideA;
+    using StrideB = typename Gemm::GemmKernel::StrideB;
+    using StrideC = typename Gemm::GemmKernel::StrideC;
+    using StrideD = typename Gemm::GemmKernel::StrideD;
+    StrideA stride_a{g.lda, cute::Int<1>{}, g.batch_stride_a};
+    StrideB stride_b{g.ldb, cute::Int<1>{}, g.batch_stride_b};
+    StrideC stride_c{g.ldc, cute::Int<1>{}, g.batch_stride_c};
+    StrideD stride_d{g.ldd, cute::Int<1>{}, g.batch_stride_d};
+    // Without C, D stands in for it: beta is 0, so it is never read.
+    const bool has_c = g.c != nullptr && g.beta != 0.0f;
+    typename Gemm::Arguments arguments{
+        ::cutlass::gemm::GemmUniversalMode::kGemm,
+        {g.m, g.n, g.k, g.batch},
+        {static_cast<const Element*>(g.a), stride_a, static_cast<const Element*>(g.b), stride_b},
+        {{},
+         static_cast<const Element*>(has_c ? g.c : g.d),
+         has_c ? stride_c : stride_d,
+         static_cast<Element*>(g.d),
+         stride_d},
+        ::cutlass::KernelHardwareInfo{g.device, g.sm_count}};
+    auto& epilogue = arguments.epilogue.thread;
+    epilogue.alpha = g.alpha;
+    epilogue.beta = has_c ? g.beta : 0.0f;
+    epilogue.bias_ptr = static_cast<const Element*>(g.bias);
+    epilogue.activation.activation = g.activation;
+    return arguments;
+  }
+
+  Gemm gemm_;
+  GemmArgs last_;
+  bool initialized_ = false;
+  std::mutex mutex_;
+};
+
+}  // namespace ge2::cuda::cutlass_kernels

@@ -1,0 +1,57 @@
+// ge2's CUTLASS sm90a GEMMs as seen from C++ code that does not include CUTLASS:
+// D = act(alpha * A B^T + beta * C + bias), A row-major [M, K], B an [N, K]
+// weight (nn.Linear's layout), C and D row-major [M, N], batched over L.
+// Each tile configuration is one instance in its own translation unit
+// (instance_*.cu), so that the costly compiles run in parallel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ge2::cuda::cutlass_kernels {
+
+struct GemmArgs {
+  int m = 0, n = 0, k = 0, batch = 1;
+  // Leading dimensions and batch strides in elements.
+  const void* a = nullptr;
+  std::int64_t lda = 0, batch_stride_a = 0;
+  const void* b = nullptr;
+  std::int64_t ldb = 0, batch_stride_b = 0;
+  const void* c = nullptr;  // read only when beta != 0
+  std::int64_t ldc = 0, batch_stride_c = 0;
+  void* d = nullptr;
+  std::int64_t ldd = 0, batch_stride_d = 0;
+  const void* bias = nullptr;  // [N] or nullptr
+  float alpha = 1.0f, beta = 0.0f;
+  int activation = 0;  // a ge2::Activation value, applied in the epilogue
+  int device = 0, sm_count = 0;
+};
+
+bool same_arguments(const GemmArgs& x, const GemmArgs& y);
+
+class GemmLauncher {
+ public:
+  virtual ~GemmLauncher() = default;
+  // Empty when CUTLASS accepts the shapes and strides (pointers are not looked
+  // at), else its reason.
+  virtual std::string check(const GemmArgs& args) const = 0;
+  virtual std::size_t workspace_bytes(const GemmArgs& args) const = 0;
+  // Launches on `stream`; empty on success, else what failed. The kernel
+  // parameters of the previous call are reused when the arguments are the same.
+  virtual std::string launch(const GemmArgs& args, void* workspace, std::size_t workspace_bytes,
+                             cudaStream_t stream) = 0;
+  // "cooperative 128x256x64, cluster 2x1", for plans.
+  virtual std::string configuration() const = 0;
+};
+
+// One per instance file.
+std::unique_ptr<GemmLauncher> make_f16_cooperative_128x256();
+std::unique_ptr<GemmLauncher> make_f16_pingpong_64x128();
+std::unique_ptr<GemmLauncher> make_bf16_cooperative_128x256();
+std::unique_ptr<GemmLauncher> make_bf16_pingpong_64x128();
+
+}  // namespace ge2::cuda::cutlass_kernels

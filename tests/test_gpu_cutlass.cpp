@@ -1,0 +1,220 @@
+// GPU tests of the CUTLASS kernel family: every configuration x dtype x
+// epilogue against fp64, with partial tiles, padded rows, batches, C with beta,
+// unaligned pointers and the layouts the family refuses.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#ifdef GE2_TEST_WITH_CUDA
+#include <cuda_runtime.h>
+#include <array>
+
+#include "support/gpu_helpers.hpp"
+
+using namespace ge2::test;
+
+namespace {
+
+struct CutlassKernel {
+  const char* name;
+  ge2_dtype_t dtype;
+};
+constexpr CutlassKernel kCutlassKernels[] = {{"cutlass_f16_128x256", GE2_DTYPE_F16},
+                                             {"cutlass_f16_64x128", GE2_DTYPE_F16},
+                                             {"cutlass_bf16_128x256", GE2_DTYPE_BF16},
+                                             {"cutlass_bf16_64x128", GE2_DTYPE_BF16}};
+
+// True when this build and device offer the CUTLASS kernels; otherwise says why
+// in a SKIPPED line. A CUTLASS build on a compute capability 9.0 device must offer them.
+bool cutlass_offered(ge2_context_t* context) {
+  const char* json = nullptr;
+  REQUIRE(ge2_context_describe(context, &json) == GE2_OK);
+  const auto described = nlohmann::json::parse(json);
+  const std::string state = described["backend"].value("cutlass_kernels", "");
+  int device = 0, major = 0, minor = 0;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+#ifdef GE2_TEST_WITH_CUTLASS
+  if (major == 9 && minor == 0) {
+    CHECK_MESSAGE(state.rfind("offered", 0) == 0, "a CUTLASS build on sm_90 says: " << state);
+    return state.rfind("offered", 0) == 0;
+  }
+#endif
+  MESSAGE("SKIPPED: CUTLASS kernels " << state);
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("gpu cutlass: each configuration x dtype x activation x bias x C matches fp64") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  if (!cutlass_offered(context.get())) return;
+  DeviceMemory memory;
+  // Partial tiles in M and N, K below one k-block and above several, a single row.
+  const std::array<std::array<std::int64_t, 3>, 5> sizes{
+      {{1, 8, 8}, {37, 72, 40}, {129, 264, 136}, {300, 520, 1000}, {1024, 768, 512}}};
+  int cases = 0;
+  for (const CutlassKernel& kernel : kCutlassKernels)
+    for (ge2_activation_t act :
+         {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_SILU})
+      for (int variant = 0; variant < 4; ++variant) {
+        const auto [m, n, k] = sizes[static_cast<std::size_t>(cases) % sizes.size()];
+        GemmCase c;
+        c.dtype = kernel.dtype;
+        c.m = m;
+        c.n = n;
+        c.k = k;
+        c.trans_b = true;
+        c.act = act;
+        c.has_bias = variant != 0;
+        c.with_c = variant == 2;  // D = act(alpha*A*B^T + beta*C + bias)
+        c.alpha = variant == 2 ? 0.75f : 1.0f;
+        c.beta = variant == 2 ? -1.5f : 0.0f;
+        c.pad_ldd = variant == 3 ? 8 : 0;  // D's rows padded by 16 bytes: padding stays poisoned
+        c.pad_lda = variant == 3 ? 16 : 0;
+        c.force_kernel = kernel.name;
+        const auto r = run_gemm_case(context.get(), memory, c);
+        CHECK(chosen_kernel(r.plan_json) == kernel.name);
+        CHECK_MESSAGE(r.error <= 1e-2, c.label() << " " << kernel.name << " error " << r.error);
+        CHECK_MESSAGE(r.padding_changed == 0, c.label() << " wrote into D's row padding");
+        ++cases;
+      }
+  MESSAGE("CUTLASS cases run: " << cases);
+}
+
+TEST_CASE("gpu cutlass: batches run batched or fold into M; the plan says which") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  if (!cutlass_offered(context.get())) return;
+  DeviceMemory memory;
+  for (const CutlassKernel& kernel : kCutlassKernels)
+    for (bool shared_b : {false, true}) {
+      GemmCase c;
+      c.dtype = kernel.dtype;
+      c.batch = 3;
+      c.m = 45;
+      c.n = 136;
+      c.k = 264;
+      c.trans_b = true;
+      c.shared_b = shared_b;
+      c.has_bias = true;
+      c.act = GE2_ACT_GELU_ERF;
+      c.force_kernel = kernel.name;
+      const auto r = run_gemm_case(context.get(), memory, c);
+      CHECK(chosen_kernel(r.plan_json) == kernel.name);
+      CHECK_MESSAGE(r.error <= 1e-2, c.label() << " " << kernel.name << " error " << r.error);
+      const bool folded = r.plan_json.find("batch_folded_into_m") != std::string::npos;
+      CHECK(folded == shared_b);
+    }
+}
+
+TEST_CASE("gpu cutlass: the selector picks CUTLASS for erf-GELU and SiLU, cuBLASLt otherwise") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  if (!cutlass_offered(context.get())) return;
+  DeviceMemory memory;
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
+    for (ge2_activation_t act : {GE2_ACT_GELU_ERF, GE2_ACT_SILU, GE2_ACT_GELU_TANH}) {
+      GemmCase c;
+      c.dtype = dtype;
+      c.m = 512;
+      c.n = 1024;
+      c.k = 512;
+      c.trans_b = true;
+      c.has_bias = true;
+      c.act = act;
+      const auto r = run_gemm_case(context.get(), memory, c);
+      const std::string kernel = chosen_kernel(r.plan_json);
+      CHECK_MESSAGE((kernel.rfind("cutlass_", 0) == 0) == (act != GE2_ACT_GELU_TANH),
+                    c.label() << " chose " << kernel);
+      CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
+    }
+}
+
+TEST_CASE("gpu cutlass: layouts the family cannot run are refused when forced, with the reason") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  if (!cutlass_offered(context.get())) return;
+  struct Refused {
+    std::int64_t m, n, k;
+    bool trans_b;
+    const char* reason;
+  };
+  for (const Refused& bad : {Refused{64, 64, 60, true, "K = 60 is not a multiple of 8"},
+                             Refused{64, 64, 64, false, "op(B) is not K-contiguous"},
+                             Refused{64, 60, 64, true, "N = 60 is not a multiple of 8"}}) {
+    auto graph = make_graph();
+    ge2_tensor_desc_t da{GE2_DTYPE_F16, 2, {bad.m, bad.k}, {0, 0}};
+    ge2_tensor_desc_t db{GE2_DTYPE_F16, 2, {0, 0}, {0, 0}};
+    db.shape[0] = bad.trans_b ? bad.n : bad.k;
+    db.shape[1] = bad.trans_b ? bad.k : bad.n;
+    ge2_value_t va, vb, vd;
+    REQUIRE(ge2_graph_add_input(graph.get(), "a", &da, &va) == GE2_OK);
+    REQUIRE(ge2_graph_add_input(graph.get(), "b", &db, &vb) == GE2_OK);
+    ge2_gemm_attrs_t attrs;
+    REQUIRE(ge2_gemm_attrs_init(&attrs) == GE2_OK);
+    attrs.trans_b = bad.trans_b;
+    REQUIRE(ge2_graph_add_gemm_bias_act(graph.get(), va, vb, GE2_NO_VALUE, &attrs, GE2_ACT_GELU_ERF,
+                                        &vd) == GE2_OK);
+    REQUIRE(ge2_graph_mark_output(graph.get(), vd, "d", nullptr) == GE2_OK);
+    ge2_compile_options_t options;
+    ge2_compile_options_init(&options);
+    options.force_kernel = "cutlass_f16_64x128";
+    ge2_plan_t* raw = nullptr;
+    CHECK(ge2_plan_compile(context.get(), graph.get(), &options, &raw) == GE2_ERROR_UNSUPPORTED);
+    CHECK(raw == nullptr);
+    const std::string message = ge2_last_error();
+    CHECK_MESSAGE(message.find(bad.reason) != std::string::npos, message);
+    // Unforced, the same graph compiles onto another kernel.
+    options.force_kernel = nullptr;
+    REQUIRE(ge2_plan_compile(context.get(), graph.get(), &options, &raw) == GE2_OK);
+    PlanPtr plan(raw);
+  }
+}
+
+TEST_CASE("gpu cutlass: pointers not 16-byte aligned run on cuBLASLt, the same plan, correct") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  if (!cutlass_offered(context.get())) return;
+  const std::int64_t m = 96, n = 80, k = 72;
+  HostTensor a = make_tensor(GE2_DTYPE_BF16, {m, k}), b = make_tensor(GE2_DTYPE_BF16, {n, k});
+  HostTensor bias = make_tensor(GE2_DTYPE_BF16, {n}), d = make_tensor(GE2_DTYPE_BF16, {m, n});
+  fill_random(a);
+  fill_random(b);
+  fill_random(bias);
+  auto graph = make_graph();
+  const ge2_tensor_desc_t da = a.desc(), db = b.desc(), dbias = bias.desc();
+  ge2_value_t va, vb, vbias, vd;
+  REQUIRE(ge2_graph_add_input(graph.get(), "a", &da, &va) == GE2_OK);
+  REQUIRE(ge2_graph_add_input(graph.get(), "b", &db, &vb) == GE2_OK);
+  REQUIRE(ge2_graph_add_input(graph.get(), "bias", &dbias, &vbias) == GE2_OK);
+  ge2_gemm_attrs_t attrs;
+  REQUIRE(ge2_gemm_attrs_init(&attrs) == GE2_OK);
+  attrs.trans_b = 1;
+  REQUIRE(ge2_graph_add_gemm_bias_act(graph.get(), va, vb, vbias, &attrs, GE2_ACT_SILU, &vd) ==
+          GE2_OK);
+  REQUIRE(ge2_graph_mark_output(graph.get(), vd, "d", nullptr) == GE2_OK);
+  ge2_compile_options_t options;
+  ge2_compile_options_init(&options);
+  options.force_kernel = "cutlass_bf16_64x128";
+  ge2_plan_t* raw = nullptr;
+  REQUIRE(ge2_plan_compile(context.get(), graph.get(), &options, &raw) == GE2_OK);
+  PlanPtr plan(raw);
+  const auto ref = gemm_reference(a, b, nullptr, &bias, {false, true, 1.0, 0.0, GE2_ACT_SILU});
+  void* block = nullptr;
+  const std::size_t slot = 1 << 16;
+  REQUIRE(cudaMalloc(&block, 4 * slot) == cudaSuccess);
+  for (std::size_t offset : {std::size_t{0}, std::size_t{16}, std::size_t{2}, std::size_t{8}}) {
+    CAPTURE(offset);
+    poison(d);
+    auto at = [&](int i) { return static_cast<char*>(block) + i * slot + offset; };
+    REQUIRE(cudaMemcpy(at(0), a.data(), a.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemcpy(at(1), b.data(), b.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemcpy(at(2), bias.data(), bias.bytes.size(), cudaMemcpyHostToDevice) ==
+            cudaSuccess);
+    REQUIRE(cudaMemcpy(at(3), d.data(), d.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+    ge2_binding_t bindings[] = {{"a", at(0)}, {"b", at(1)}, {"bias", at(2)}, {"d", at(3)}};
+    REQUIRE_MESSAGE(ge2_plan_execute(plan.get(), bindings, 4, nullptr) == GE2_OK,
+                    std::string(ge2_last_error()));
+    REQUIRE(cudaMemcpy(d.data(), at(3), d.bytes.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(relative_error(d, ref) <= 1e-2);
+  }
+  cudaFree(block);
+}
+#endif  // GE2_TEST_WITH_CUDA
