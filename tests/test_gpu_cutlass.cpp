@@ -18,10 +18,10 @@ struct CutlassKernel {
   const char* name;
   ge2_dtype_t dtype;
 };
-constexpr CutlassKernel kCutlassKernels[] = {{"cutlass_f16_128x256", GE2_DTYPE_F16},
-                                             {"cutlass_f16_64x128", GE2_DTYPE_F16},
-                                             {"cutlass_bf16_128x256", GE2_DTYPE_BF16},
-                                             {"cutlass_bf16_64x128", GE2_DTYPE_BF16}};
+constexpr CutlassKernel kCutlassKernels[] = {
+    {"cutlass_f16_128x256", GE2_DTYPE_F16},  {"cutlass_f16_64x128", GE2_DTYPE_F16},
+    {"cutlass_f16_128x128", GE2_DTYPE_F16},  {"cutlass_bf16_128x256", GE2_DTYPE_BF16},
+    {"cutlass_bf16_64x128", GE2_DTYPE_BF16}, {"cutlass_bf16_128x128", GE2_DTYPE_BF16}};
 
 // True when this build and device offer the CUTLASS kernels; otherwise says why
 // in a SKIPPED line. A CUTLASS build on a compute capability 9.0 device must offer them.
@@ -29,7 +29,7 @@ bool cutlass_offered(ge2_context_t* context) {
   const char* json = nullptr;
   REQUIRE(ge2_context_describe(context, &json) == GE2_OK);
   const auto described = nlohmann::json::parse(json);
-  const std::string state = described["backend"].value("cutlass_kernels", "");
+  const std::string state = described.value("cutlass_kernels", "");
   int device = 0, major = 0, minor = 0;
   REQUIRE(cudaGetDevice(&device) == cudaSuccess);
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
@@ -107,7 +107,7 @@ TEST_CASE("gpu cutlass: batches run batched or fold into M; the plan says which"
     }
 }
 
-TEST_CASE("gpu cutlass: the selector picks CUTLASS for erf-GELU and SiLU, cuBLASLt otherwise") {
+TEST_CASE("gpu cutlass: untuned, the selector keeps cuBLASLt and lists CUTLASS as feasible") {
   auto context = make_context(GE2_DEVICE_CUDA);
   if (!cutlass_offered(context.get())) return;
   DeviceMemory memory;
@@ -122,9 +122,9 @@ TEST_CASE("gpu cutlass: the selector picks CUTLASS for erf-GELU and SiLU, cuBLAS
       c.has_bias = true;
       c.act = act;
       const auto r = run_gemm_case(context.get(), memory, c);
-      const std::string kernel = chosen_kernel(r.plan_json);
-      CHECK_MESSAGE((kernel.rfind("cutlass_", 0) == 0) == (act != GE2_ACT_GELU_TANH),
-                    c.label() << " chose " << kernel);
+      CHECK_MESSAGE(chosen_kernel(r.plan_json).rfind("lt_", 0) == 0,
+                    c.label() << " chose " << chosen_kernel(r.plan_json));
+      CHECK(r.plan_json.find("not chosen without a measured time") != std::string::npos);
       CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
     }
 }

@@ -126,28 +126,40 @@ GemmProblem linear(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) 
 
 }  // namespace
 
-TEST_CASE("selector: CUTLASS kernels win where their epilogue saves cuBLASLt's extra pass") {
+TEST_CASE("selector: CUTLASS kernels are scored but chosen only on a measured time or forced") {
   const DeviceInfo h200 = synthetic_h200();
   for (DType dtype : {DType::F16, DType::BF16}) {
     const KernelId lt = dtype == DType::F16 ? KernelId::LtF16 : KernelId::LtBf16;
-    GemmProblem p = linear(dtype, 4096, 11008, 4096);
-    p.has_bias = true;
-    for (Activation act : {Activation::GeluErf, Activation::Silu}) {
-      p.act = act;
-      const auto s = select_gemm_kernel(p, h200, {});
-      CAPTURE(activation_name(act));
-      CHECK(is_cutlass_kernel(s.kernel));
-      CHECK(kernel_info(s.kernel).dtype == dtype);
-    }
-    // Epilogues cuBLASLt fuses itself stay with cuBLASLt, small problems included.
-    for (Activation act : {Activation::None, Activation::Relu, Activation::GeluTanh}) {
-      for (GemmProblem q : {p, linear(dtype, 512, 1024, 512), linear(dtype, 8, 4096, 4096)}) {
-        q.act = act;
-        CHECK(select_gemm_kernel(q, h200, {}).kernel == lt);
+    const KernelId coop =
+        dtype == DType::F16 ? KernelId::CutlassF16Coop : KernelId::CutlassBf16Coop;
+    for (Activation act : {Activation::None, Activation::GeluErf, Activation::Silu}) {
+      for (GemmProblem p : {linear(dtype, 4096, 11008, 4096), linear(dtype, 8, 4096, 4096)}) {
+        p.has_bias = true;
+        p.act = act;
+        CAPTURE(activation_name(act));
+        const auto s = select_gemm_kernel(p, h200, {});
+        CHECK(s.kernel == lt);
+        const Candidate& c = candidate(s, coop);
+        CHECK(c.feasible);
+        CHECK(c.estimated_us > 0);
+        CHECK(c.reason.find("not chosen without a measured time") != std::string::npos);
       }
     }
+    // A measured time makes it a contender like any other kernel.
+    GemmProblem p = linear(dtype, 4096, 11008, 4096);
+    p.act = Activation::GeluErf;
+    const MeasuredTime measured = [&](KernelId id, const GemmProblem&) -> std::optional<double> {
+      if (id == coop) return 600.0;
+      if (id == lt) return 650.0;
+      return std::nullopt;
+    };
+    CHECK(select_gemm_kernel(p, h200, {}, measured).kernel == coop);
+    SelectionPolicy forced;
+    forced.forced = coop;
+    CHECK(select_gemm_kernel(p, h200, forced).kernel == coop);
   }
-  // Small M: the 64x128 ping-pong tiles fill more SMs than 128x256 ones.
+  // The model still ranks the configurations among themselves: at small M the
+  // 64x128 ping-pong tiles fill more SMs than 128x256 ones.
   GemmProblem small = linear(DType::F16, 64, 4096, 4096);
   small.act = Activation::GeluErf;
   const auto s = select_gemm_kernel(small, h200, {});

@@ -31,12 +31,6 @@ constexpr double kUnalignedTensorCorePenalty = 0.2;
 // unstaged, measured 25.8 vs 17.3). Stage only for a predicted gain of 15% or more.
 constexpr double kStagingRequiredGain = 0.85;
 
-// Untuned, a CUTLASS kernel is chosen only where its epilogue saves the separate
-// activation pass cuBLASLt needs (erf GELU, SiLU): elsewhere the model cannot
-// tell two tensor-core GEMMs apart reliably, and cuBLASLt's own heuristic picks
-// among many more tile shapes. Measured times (the tuner) replace both estimates.
-constexpr double kCutlassWithoutFusionPenalty = 1.25;
-
 std::string dtype_rule(const KernelInfo& kernel, DType dtype, const SelectionPolicy& policy) {
   if (kernel.dtype && *kernel.dtype != dtype)
     return fmt::format("needs {} tensors", dtype_name(*kernel.dtype));
@@ -78,10 +72,6 @@ double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& devi
   const double bandwidth = device.memory_bandwidth_gbs > 0 ? device.memory_bandwidth_gbs : 100.0;
   const double memory_us = p.min_bytes() / (bandwidth * 1e3 * model.bandwidth_fraction);
   double total = model.launch_us + std::max(compute_us, memory_us);
-  if (is_cutlass_kernel(kernel) && activation_info(p.act).cublaslt != LtEpilogue::kNone) {
-    total *= kCutlassWithoutFusionPenalty;
-    basis += ", no epilogue cuBLASLt lacks (untuned: cuBLASLt preferred)";
-  }
   if (is_cublaslt_kernel(kernel) && activation_info(p.act).cublaslt == LtEpilogue::kNone) {
     // No cuBLASLt epilogue computes it (erf GELU, SiLU): one more pass over D.
     const double d_bytes = 2.0 * static_cast<double>(p.m) * p.n * p.batch * dtype_size(p.dtype);
@@ -242,6 +232,8 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
         candidate.reason = "measured by the tuner";
       }
     }
+    if (kernel_info(kernel).needs_measurement && !candidate.measured)
+      candidate.reason += "; not chosen without a measured time (forced or tuned only)";
     selection.candidates.push_back(candidate);
   }
 
@@ -280,6 +272,7 @@ void choose_kernel(Selection& selection, const GemmProblem& problem, const Selec
   const Candidate* best = nullptr;
   for (const auto& candidate : selection.candidates) {
     if (!candidate.feasible || (any_measured && !candidate.measured)) continue;
+    if (kernel_info(candidate.kernel).needs_measurement && !candidate.measured) continue;
     if (best == nullptr || candidate.estimated_us < best->estimated_us) best = &candidate;
   }
   require(best != nullptr, GE2_ERROR_UNSUPPORTED, "no kernel can run GEMM {} ({})",

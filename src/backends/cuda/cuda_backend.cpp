@@ -91,12 +91,17 @@ class CudaBackend final : public Backend {
   std::span<const KernelId> gemm_kernels() const override {
     static constexpr KernelId kOffered[] = {KernelId::LtF16, KernelId::LtBf16, KernelId::LtTf32,
                                             KernelId::LtF32, KernelId::CudaF32};
-    static constexpr KernelId kWithCutlass[] = {
-        KernelId::LtF16,           KernelId::LtBf16,
-        KernelId::LtTf32,          KernelId::LtF32,
-        KernelId::CutlassF16Coop,  KernelId::CutlassF16Pingpong,
-        KernelId::CutlassBf16Coop, KernelId::CutlassBf16Pingpong,
-        KernelId::CudaF32};
+    static constexpr KernelId kWithCutlass[] = {KernelId::LtF16,
+                                                KernelId::LtBf16,
+                                                KernelId::LtTf32,
+                                                KernelId::LtF32,
+                                                KernelId::CutlassF16Coop,
+                                                KernelId::CutlassF16Pingpong,
+                                                KernelId::CutlassF16Pingpong128,
+                                                KernelId::CutlassBf16Coop,
+                                                KernelId::CutlassBf16Pingpong,
+                                                KernelId::CutlassBf16Pingpong128,
+                                                KernelId::CudaF32};
     return cutlass_usable() ? std::span<const KernelId>(kWithCutlass) : kOffered;
   }
   bool cutlass_usable() const {

@@ -30,6 +30,20 @@ using Stream = UniqueHandle<CUstream_st, cudaStreamDestroy>;
 using Graph = UniqueHandle<CUgraph_st, cudaGraphDestroy>;
 using GraphExec = UniqueHandle<CUgraphExec_st, cudaGraphExecDestroy>;
 
+// While alive, this thread may make calls that a stream capture in the global
+// mode forbids (cudaMalloc): for allocations that are not stream work, made while
+// the caller captures a plan's execution into a CUDA graph.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 // Device memory from cudaMalloc, freed with cudaFree.
 class DeviceBuffer {
  public:

@@ -33,16 +33,26 @@ namespace {
 using cutlass_kernels::GemmArgs;
 using cutlass_kernels::GemmLauncher;
 
-std::unique_ptr<GemmLauncher> make_launcher(KernelId kernel) {
+// The instance for the kernel row; an epilogue-specialised one where it exists
+// for the problem's activation.
+std::unique_ptr<GemmLauncher> make_launcher(KernelId kernel, Activation act) {
+  if (act == Activation::GeluErf && kernel == KernelId::CutlassF16Coop)
+    return cutlass_kernels::make_f16_cooperative_128x256_gelu_erf();
+  if (act == Activation::GeluErf && kernel == KernelId::CutlassF16Pingpong128)
+    return cutlass_kernels::make_f16_pingpong_128x128_gelu_erf();
   switch (kernel) {
     case KernelId::CutlassF16Coop:
       return cutlass_kernels::make_f16_cooperative_128x256();
     case KernelId::CutlassF16Pingpong:
       return cutlass_kernels::make_f16_pingpong_64x128();
+    case KernelId::CutlassF16Pingpong128:
+      return cutlass_kernels::make_f16_pingpong_128x128();
     case KernelId::CutlassBf16Coop:
       return cutlass_kernels::make_bf16_cooperative_128x256();
     case KernelId::CutlassBf16Pingpong:
       return cutlass_kernels::make_bf16_pingpong_64x128();
+    case KernelId::CutlassBf16Pingpong128:
+      return cutlass_kernels::make_bf16_pingpong_128x128();
     default:
       break;
   }
@@ -83,7 +93,7 @@ class CutlassGemmStep final : public Step {
         folded_(problem_.batch != problem.batch),
         kernel_(kernel),
         slots_(slots),
-        launcher_(make_launcher(kernel)),
+        launcher_(make_launcher(kernel, problem.act)),
         fallback_(std::move(unaligned_fallback)) {
     const std::string layout = cutlass_layout_problem(problem_);
     require(layout.empty(), GE2_ERROR_UNSUPPORTED, "{}", layout);

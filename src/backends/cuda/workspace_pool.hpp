@@ -14,7 +14,10 @@ class WorkspacePool {
   explicit WorkspacePool(std::size_t bytes) : bytes_(bytes) {}
   std::size_t bytes() const { return bytes_; }
   // The workspace of `stream`, allocated on its first use (the only cudaMalloc
-  // an execution can make; later executions on the stream reuse it).
+  // an execution can make; later executions on the stream reuse it), also when
+  // that first use is being captured into the caller's CUDA graph. A graph
+  // captured on a stream holds its workspace: the pool frees workspaces only
+  // past 64 streams.
   void* get(cudaStream_t stream);
 
  private:

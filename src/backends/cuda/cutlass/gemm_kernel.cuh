@@ -14,6 +14,7 @@
 #include <cutlass/util/packed_stride.hpp>
 
 #include <mutex>
+#include <type_traits>
 
 #include "backends/cuda/cutlass/gemm_launcher.hpp"
 #include "backends/cuda/cutlass/runtime_activation.cuh"
@@ -39,8 +40,22 @@ struct Pingpong64x128 {
   static constexpr const char* kName = "ping-pong 64x128x64, cluster 1x1";
 };
 
-template <typename Element, typename Config>
+// Large problems with a costly epilogue: ping-pong on 128x128 tiles hides one
+// warp group's epilogue (erf GELU, SiLU) under the other's mainloop.
+struct Pingpong128x128 {
+  using Tile = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  using Cluster = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using Mainloop = ::cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = ::cutlass::epilogue::TmaWarpSpecialized;
+  static constexpr const char* kName = "ping-pong 128x128x64, cluster 2x1";
+};
+
+// Activation: RuntimeActivation (every activation, chosen per launch) or
+// Fixed<F>::Fn (one activation compiled in; `fixed_activation` names it).
+template <typename Element, typename Config, template <class> class Activation = RuntimeActivation>
 class CutlassGemm final : public GemmLauncher {
+  static constexpr bool kRuntimeActivation =
+      std::is_same_v<Activation<float>, RuntimeActivation<float>>;
   static constexpr int kAlignment = 16 / sizeof(Element);
   using RowMajor = ::cutlass::layout::RowMajor;
   using ColumnMajor = ::cutlass::layout::ColumnMajor;  // B as [N, K]: K contiguous
@@ -98,7 +113,10 @@ class CutlassGemm final : public GemmLauncher {
     return "";
   }
 
-  std::string configuration() const override { return Config::kName; }
+  std::string configuration() const override {
+    return std::string(Config::kName) +
+           (kRuntimeActivation ? "" : ", activation compiled into the epilogue");
+  }
 
  private:
   static typename Gemm::Arguments to_arguments(const GemmArgs& g) {
@@ -126,7 +144,7 @@ class CutlassGemm final : public GemmLauncher {
     epilogue.alpha = g.alpha;
     epilogue.beta = has_c ? g.beta : 0.0f;
     epilogue.bias_ptr = static_cast<const Element*>(g.bias);
-    epilogue.activation.activation = g.activation;
+    if constexpr (kRuntimeActivation) epilogue.activation.activation = g.activation;
     return arguments;
   }
 

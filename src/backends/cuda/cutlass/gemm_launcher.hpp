@@ -48,10 +48,15 @@ class GemmLauncher {
   virtual std::string configuration() const = 0;
 };
 
-// One per instance file.
+// One per instance file. The _gelu_erf instances have erf GELU compiled into
+// the epilogue and run only problems with that activation.
 std::unique_ptr<GemmLauncher> make_f16_cooperative_128x256();
 std::unique_ptr<GemmLauncher> make_f16_pingpong_64x128();
+std::unique_ptr<GemmLauncher> make_f16_pingpong_128x128();
+std::unique_ptr<GemmLauncher> make_f16_cooperative_128x256_gelu_erf();
+std::unique_ptr<GemmLauncher> make_f16_pingpong_128x128_gelu_erf();
 std::unique_ptr<GemmLauncher> make_bf16_cooperative_128x256();
 std::unique_ptr<GemmLauncher> make_bf16_pingpong_64x128();
+std::unique_ptr<GemmLauncher> make_bf16_pingpong_128x128();
 
 }  // namespace ge2::cuda::cutlass_kernels
