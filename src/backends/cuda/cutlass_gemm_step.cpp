@@ -33,13 +33,7 @@ namespace {
 using cutlass_kernels::GemmArgs;
 using cutlass_kernels::GemmLauncher;
 
-// The instance for the kernel row; an epilogue-specialised one where it exists
-// for the problem's activation.
-std::unique_ptr<GemmLauncher> make_launcher(KernelId kernel, Activation act) {
-  if (act == Activation::GeluErf && kernel == KernelId::CutlassF16Coop)
-    return cutlass_kernels::make_f16_cooperative_128x256_gelu_erf();
-  if (act == Activation::GeluErf && kernel == KernelId::CutlassF16Pingpong128)
-    return cutlass_kernels::make_f16_pingpong_128x128_gelu_erf();
+std::unique_ptr<GemmLauncher> make_launcher(KernelId kernel) {
   switch (kernel) {
     case KernelId::CutlassF16Coop:
       return cutlass_kernels::make_f16_cooperative_128x256();
@@ -93,7 +87,7 @@ class CutlassGemmStep final : public Step {
         folded_(problem_.batch != problem.batch),
         kernel_(kernel),
         slots_(slots),
-        launcher_(make_launcher(kernel, problem.act)),
+        launcher_(make_launcher(kernel)),
         fallback_(std::move(unaligned_fallback)) {
     const std::string layout = cutlass_layout_problem(problem_);
     require(layout.empty(), GE2_ERROR_UNSUPPORTED, "{}", layout);

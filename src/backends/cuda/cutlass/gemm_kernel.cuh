@@ -14,7 +14,6 @@
 #include <cutlass/util/packed_stride.hpp>
 
 #include <mutex>
-#include <type_traits>
 
 #include "backends/cuda/cutlass/gemm_launcher.hpp"
 #include "backends/cuda/cutlass/runtime_activation.cuh"
@@ -50,12 +49,8 @@ struct Pingpong128x128 {
   static constexpr const char* kName = "ping-pong 128x128x64, cluster 2x1";
 };
 
-// Activation: RuntimeActivation (every activation, chosen per launch) or
-// Fixed<F>::Fn (one activation compiled in; `fixed_activation` names it).
-template <typename Element, typename Config, template <class> class Activation = RuntimeActivation>
+template <typename Element, typename Config>
 class CutlassGemm final : public GemmLauncher {
-  static constexpr bool kRuntimeActivation =
-      std::is_same_v<Activation<float>, RuntimeActivation<float>>;
   static constexpr int kAlignment = 16 / sizeof(Element);
   using RowMajor = ::cutlass::layout::RowMajor;
   using ColumnMajor = ::cutlass::layout::ColumnMajor;  // B as [N, K]: K contiguous
@@ -113,10 +108,7 @@ class CutlassGemm final : public GemmLauncher {
     return "";
   }
 
-  std::string configuration() const override {
-    return std::string(Config::kName) +
-           (kRuntimeActivation ? "" : ", activation compiled into the epilogue");
-  }
+  std::string configuration() const override { return Config::kName; }
 
  private:
   static typename Gemm::Arguments to_arguments(const GemmArgs& g) {
@@ -144,7 +136,7 @@ class CutlassGemm final : public GemmLauncher {
     epilogue.alpha = g.alpha;
     epilogue.beta = has_c ? g.beta : 0.0f;
     epilogue.bias_ptr = static_cast<const Element*>(g.bias);
-    if constexpr (kRuntimeActivation) epilogue.activation.activation = g.activation;
+    epilogue.activation.activation = g.activation;
     return arguments;
   }
 

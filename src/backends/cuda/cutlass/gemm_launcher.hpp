@@ -48,13 +48,10 @@ class GemmLauncher {
   virtual std::string configuration() const = 0;
 };
 
-// One per instance file. The _gelu_erf instances have erf GELU compiled into
-// the epilogue and run only problems with that activation.
+// One per instance file.
 std::unique_ptr<GemmLauncher> make_f16_cooperative_128x256();
 std::unique_ptr<GemmLauncher> make_f16_pingpong_64x128();
 std::unique_ptr<GemmLauncher> make_f16_pingpong_128x128();
-std::unique_ptr<GemmLauncher> make_f16_cooperative_128x256_gelu_erf();
-std::unique_ptr<GemmLauncher> make_f16_pingpong_128x128_gelu_erf();
 std::unique_ptr<GemmLauncher> make_bf16_cooperative_128x256();
 std::unique_ptr<GemmLauncher> make_bf16_pingpong_64x128();
 std::unique_ptr<GemmLauncher> make_bf16_pingpong_128x128();

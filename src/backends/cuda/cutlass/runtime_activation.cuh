@@ -38,26 +38,4 @@ struct RuntimeActivation<cutlass::Array<T, N>> {
   }
 };
 
-// One activation compiled in: `Fixed<GeluErf>::Fn` for the instances whose
-// epilogue is specialised (an activation cuBLASLt lacks, on configurations
-// where the run-time dispatch measured slower).
-template <typename Functor>
-struct Fixed {
-  template <typename T>
-  struct Fn {
-    CUTLASS_HOST_DEVICE T operator()(T const& x) const {
-      return T(Functor{}(static_cast<float>(x)));
-    }
-  };
-  template <typename T, int N>
-  struct Fn<cutlass::Array<T, N>> {
-    CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& x) const {
-      cutlass::Array<T, N> result;
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < N; ++i) result[i] = T(Functor{}(static_cast<float>(x[i])));
-      return result;
-    }
-  };
-};
-
 }  // namespace ge2::cuda::cutlass_kernels
