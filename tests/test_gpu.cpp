@@ -598,47 +598,26 @@ TEST_CASE("gpu: pointers at odd offsets take an algorithm chosen for their align
 TEST_CASE("gpu: a plan's first execution on a stream may be captured into the caller's graph") {
   auto context = make_context(GE2_DEVICE_CUDA);
   DeviceMemory memory;
-  const std::int64_t m = 128, n = 256, k = 192;
-  HostTensor a = make_tensor(GE2_DTYPE_F16, {m, k}), b = make_tensor(GE2_DTYPE_F16, {n, k});
-  HostTensor bias = make_tensor(GE2_DTYPE_F16, {n}), d = make_tensor(GE2_DTYPE_F16, {m, n});
-  fill_random(a);
-  fill_random(b);
-  fill_random(bias);
-  poison(d);
-  auto graph = make_graph();
-  const ge2_tensor_desc_t da = a.desc(), db = b.desc(), dbias = bias.desc();
-  ge2_value_t va, vb, vbias, vd;
-  REQUIRE(ge2_graph_add_input(graph.get(), "a", &da, &va) == GE2_OK);
-  REQUIRE(ge2_graph_add_input(graph.get(), "b", &db, &vb) == GE2_OK);
-  REQUIRE(ge2_graph_add_input(graph.get(), "bias", &dbias, &vbias) == GE2_OK);
-  ge2_gemm_attrs_t attrs;
-  REQUIRE(ge2_gemm_attrs_init(&attrs) == GE2_OK);
-  attrs.trans_b = 1;
-  REQUIRE(ge2_graph_add_gemm_bias_act(graph.get(), va, vb, vbias, &attrs, GE2_ACT_GELU_ERF, &vd) ==
-          GE2_OK);
-  REQUIRE(ge2_graph_mark_output(graph.get(), vd, "d", nullptr) == GE2_OK);
-  ge2_plan_t* raw = nullptr;
-  REQUIRE(ge2_plan_compile(context.get(), graph.get(), nullptr, &raw) == GE2_OK);
-  PlanPtr plan(raw);
-  ge2_binding_t bindings[] = {{"a", memory.upload(a)},
-                              {"b", memory.upload(b)},
-                              {"bias", memory.upload(bias)},
-                              {"d", memory.upload(d)}};
+  LinearLayer layer =
+      make_linear_layer(context.get(), GE2_DTYPE_F16, 128, 256, 192, GE2_ACT_GELU_ERF, nullptr);
+  ge2_binding_t bindings[] = {{"a", memory.upload(layer.a)},
+                              {"b", memory.upload(layer.b)},
+                              {"bias", memory.upload(layer.bias)},
+                              {"d", memory.upload(layer.d)}};
   // A stream ge2 has never seen: its workspace is allocated during the capture.
   cudaStream_t stream = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
   cudaGraph_t captured = nullptr;
   REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess);
-  const ge2_status_t status = ge2_plan_execute(plan.get(), bindings, 4, stream);
+  const ge2_status_t status = ge2_plan_execute(layer.plan.get(), bindings, 4, stream);
   REQUIRE(cudaStreamEndCapture(stream, &captured) == cudaSuccess);
   REQUIRE_MESSAGE(status == GE2_OK, std::string(ge2_last_error()));
   cudaGraphExec_t exec = nullptr;
   REQUIRE(cudaGraphInstantiate(&exec, captured, 0) == cudaSuccess);
   REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
   REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
-  memory.download(bindings[3].data, d);
-  const auto ref = gemm_reference(a, b, nullptr, &bias, {false, true, 1.0, 0.0, GE2_ACT_GELU_ERF});
-  CHECK(relative_error(d, ref) <= 1e-2);
+  memory.download(bindings[3].data, layer.d);
+  CHECK(relative_error(layer.d, layer.reference) <= 1e-2);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(captured);
   cudaStreamDestroy(stream);

@@ -172,31 +172,9 @@ TEST_CASE("gpu cutlass: layouts the family cannot run are refused when forced, w
 TEST_CASE("gpu cutlass: pointers not 16-byte aligned run on cuBLASLt, the same plan, correct") {
   auto context = make_context(GE2_DEVICE_CUDA);
   if (!cutlass_offered(context.get())) return;
-  const std::int64_t m = 96, n = 80, k = 72;
-  HostTensor a = make_tensor(GE2_DTYPE_BF16, {m, k}), b = make_tensor(GE2_DTYPE_BF16, {n, k});
-  HostTensor bias = make_tensor(GE2_DTYPE_BF16, {n}), d = make_tensor(GE2_DTYPE_BF16, {m, n});
-  fill_random(a);
-  fill_random(b);
-  fill_random(bias);
-  auto graph = make_graph();
-  const ge2_tensor_desc_t da = a.desc(), db = b.desc(), dbias = bias.desc();
-  ge2_value_t va, vb, vbias, vd;
-  REQUIRE(ge2_graph_add_input(graph.get(), "a", &da, &va) == GE2_OK);
-  REQUIRE(ge2_graph_add_input(graph.get(), "b", &db, &vb) == GE2_OK);
-  REQUIRE(ge2_graph_add_input(graph.get(), "bias", &dbias, &vbias) == GE2_OK);
-  ge2_gemm_attrs_t attrs;
-  REQUIRE(ge2_gemm_attrs_init(&attrs) == GE2_OK);
-  attrs.trans_b = 1;
-  REQUIRE(ge2_graph_add_gemm_bias_act(graph.get(), va, vb, vbias, &attrs, GE2_ACT_SILU, &vd) ==
-          GE2_OK);
-  REQUIRE(ge2_graph_mark_output(graph.get(), vd, "d", nullptr) == GE2_OK);
-  ge2_compile_options_t options;
-  ge2_compile_options_init(&options);
-  options.force_kernel = "cutlass_bf16_64x128";
-  ge2_plan_t* raw = nullptr;
-  REQUIRE(ge2_plan_compile(context.get(), graph.get(), &options, &raw) == GE2_OK);
-  PlanPtr plan(raw);
-  const auto ref = gemm_reference(a, b, nullptr, &bias, {false, true, 1.0, 0.0, GE2_ACT_SILU});
+  LinearLayer layer = make_linear_layer(context.get(), GE2_DTYPE_BF16, 96, 80, 72, GE2_ACT_SILU,
+                                        "cutlass_bf16_64x128");
+  HostTensor &a = layer.a, &b = layer.b, &bias = layer.bias, &d = layer.d;
   void* block = nullptr;
   const std::size_t slot = 1 << 16;
   REQUIRE(cudaMalloc(&block, 4 * slot) == cudaSuccess);
@@ -210,10 +188,10 @@ TEST_CASE("gpu cutlass: pointers not 16-byte aligned run on cuBLASLt, the same p
             cudaSuccess);
     REQUIRE(cudaMemcpy(at(3), d.data(), d.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
     ge2_binding_t bindings[] = {{"a", at(0)}, {"b", at(1)}, {"bias", at(2)}, {"d", at(3)}};
-    REQUIRE_MESSAGE(ge2_plan_execute(plan.get(), bindings, 4, nullptr) == GE2_OK,
+    REQUIRE_MESSAGE(ge2_plan_execute(layer.plan.get(), bindings, 4, nullptr) == GE2_OK,
                     std::string(ge2_last_error()));
     REQUIRE(cudaMemcpy(d.data(), at(3), d.bytes.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
-    CHECK(relative_error(d, ref) <= 1e-2);
+    CHECK(relative_error(d, layer.reference) <= 1e-2);
   }
   cudaFree(block);
 }

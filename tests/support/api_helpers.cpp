@@ -194,6 +194,41 @@ GemmResult run_gemm_case(ge2_context_t* context, Memory& memory, const GemmCase&
   return {relative_error(d, expected, &before_activation), json, padding_changed(d)};
 }
 
+LinearLayer make_linear_layer(ge2_context_t* context, ge2_dtype_t dtype, std::int64_t m,
+                              std::int64_t n, std::int64_t k, ge2_activation_t act,
+                              const char* force_kernel) {
+  LinearLayer layer{make_tensor(dtype, {m, k}),
+                    make_tensor(dtype, {n, k}),
+                    make_tensor(dtype, {n}),
+                    make_tensor(dtype, {m, n}),
+                    nullptr,
+                    {}};
+  fill_random(layer.a);
+  fill_random(layer.b);
+  fill_random(layer.bias);
+  poison(layer.d);
+  GraphPtr graph = make_graph();
+  const ge2_tensor_desc_t da = layer.a.desc(), db = layer.b.desc(), dbias = layer.bias.desc();
+  ge2_value_t va, vb, vbias, vd;
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "a", &da, &va));
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "b", &db, &vb));
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "bias", &dbias, &vbias));
+  ge2_gemm_attrs_t attrs;
+  GE2_CHECK(ge2_gemm_attrs_init(&attrs));
+  attrs.trans_b = 1;
+  GE2_CHECK(ge2_graph_add_gemm_bias_act(graph.get(), va, vb, vbias, &attrs, act, &vd));
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), vd, "d", nullptr));
+  ge2_compile_options_t options;
+  GE2_CHECK(ge2_compile_options_init(&options));
+  options.force_kernel = force_kernel;
+  ge2_plan_t* raw = nullptr;
+  GE2_CHECK(ge2_plan_compile(context, graph.get(), &options, &raw));
+  layer.plan.reset(raw);
+  layer.reference =
+      gemm_reference(layer.a, layer.b, nullptr, &layer.bias, {false, true, 1.0, 0.0, act});
+  return layer;
+}
+
 std::string FfnCase::label() const {
   static const char* dtypes[] = {"?", "f16", "bf16", "f32"};
   return fmt::format("{} {} tokens={} hidden={} intermediate={}{}{}{}", dtypes[dtype],

@@ -124,6 +124,18 @@ struct GluCase {
 };
 GemmResult run_glu_case(ge2_context_t* context, Memory& memory, const GluCase& c);
 
+// One nn.Linear layer, d = act(a bᵀ + bias), as a compiled plan with inputs
+// "a" [m, k], "b" [n, k], "bias" [n] and output "d" [m, n]: fresh random
+// inputs, d poisoned, the fp64 reference of d. force_kernel may be nullptr.
+struct LinearLayer {
+  HostTensor a, b, bias, d;
+  PlanPtr plan;
+  std::vector<double> reference;
+};
+LinearLayer make_linear_layer(ge2_context_t* context, ge2_dtype_t dtype, std::int64_t m,
+                              std::int64_t n, std::int64_t k, ge2_activation_t act,
+                              const char* force_kernel);
+
 // Compiles (without fusion) a graph whose [2^20, cols] f32 intermediate is far
 // too large for any memory: an out-of-memory path that must end in a status.
 ge2_status_t compile_with_huge_intermediate(ge2_context_t* context, std::int64_t cols,

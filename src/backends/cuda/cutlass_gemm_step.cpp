@@ -33,23 +33,33 @@ namespace {
 using cutlass_kernels::GemmArgs;
 using cutlass_kernels::GemmLauncher;
 
-std::unique_ptr<GemmLauncher> make_launcher(KernelId kernel) {
-  switch (kernel) {
-    case KernelId::CutlassF16Coop:
-      return cutlass_kernels::make_f16_cooperative_128x256();
-    case KernelId::CutlassF16Pingpong:
-      return cutlass_kernels::make_f16_pingpong_64x128();
-    case KernelId::CutlassF16Pingpong128:
-      return cutlass_kernels::make_f16_pingpong_128x128();
-    case KernelId::CutlassBf16Coop:
-      return cutlass_kernels::make_bf16_cooperative_128x256();
-    case KernelId::CutlassBf16Pingpong:
-      return cutlass_kernels::make_bf16_pingpong_64x128();
-    case KernelId::CutlassBf16Pingpong128:
-      return cutlass_kernels::make_bf16_pingpong_128x128();
-    default:
-      break;
+// The instance behind each CUTLASS row of the kernel table.
+struct CutlassInstance {
+  KernelId kernel;
+  std::unique_ptr<GemmLauncher> (*make)();
+};
+constexpr CutlassInstance kInstances[] = {
+    {KernelId::CutlassF16Coop, cutlass_kernels::make_f16_cooperative_128x256},
+    {KernelId::CutlassF16Pingpong, cutlass_kernels::make_f16_pingpong_64x128},
+    {KernelId::CutlassF16Pingpong128, cutlass_kernels::make_f16_pingpong_128x128},
+    {KernelId::CutlassBf16Coop, cutlass_kernels::make_bf16_cooperative_128x256},
+    {KernelId::CutlassBf16Pingpong, cutlass_kernels::make_bf16_pingpong_64x128},
+    {KernelId::CutlassBf16Pingpong128, cutlass_kernels::make_bf16_pingpong_128x128},
+};
+constexpr bool every_cutlass_row_has_an_instance() {
+  for (const KernelInfo& row : kKernels) {
+    if (row.family != KernelFamily::Cutlass) continue;
+    bool found = false;
+    for (const CutlassInstance& instance : kInstances) found = found || instance.kernel == row.id;
+    if (!found) return false;
   }
+  return true;
+}
+static_assert(every_cutlass_row_has_an_instance(), "a CUTLASS kernel row has no instance");
+
+std::unique_ptr<GemmLauncher> make_launcher(KernelId kernel) {
+  for (const CutlassInstance& instance : kInstances)
+    if (instance.kernel == kernel) return instance.make();
   fail(GE2_ERROR_INTERNAL, "kernel '{}' is not a CUTLASS kernel", kernel_name(kernel));
 }
 

@@ -89,7 +89,8 @@ class CutlassGemm final : public GemmLauncher {
     // Steps of one plan may run on several threads at once; the kernel
     // parameters live in gemm_ until the launch has copied them.
     std::lock_guard lock(mutex_);
-    if (!initialized_ || !same_arguments(args, last_)) {
+    // The parameters hold the workspace pointer too (another stream, another workspace).
+    if (!initialized_ || !same_arguments(args, last_) || workspace != last_workspace_) {
       const auto arguments = to_arguments(args);
       if (Gemm::get_workspace_size(arguments) > workspace_bytes)
         return "the CUTLASS kernel needs more workspace than the stream's";
@@ -99,6 +100,7 @@ class CutlassGemm final : public GemmLauncher {
         return std::string("CUTLASS initialize: ") + ::cutlass::cutlassGetStatusString(status);
       }
       last_ = args;
+      last_workspace_ = workspace;
       initialized_ = true;
     }
     const ::cutlass::Status status = gemm_.run(stream);
@@ -142,6 +144,7 @@ class CutlassGemm final : public GemmLauncher {
 
   Gemm gemm_;
   GemmArgs last_;
+  void* last_workspace_ = nullptr;
   bool initialized_ = false;
   std::mutex mutex_;
 };
