@@ -17,6 +17,7 @@ so the times compare kernels, not Python; the median over groups rotated ABBA.
 Errors: max |y - ref| against an fp64 reference, ge2's beside PyTorch's.
 
     python3 bench/cutlass_layers.py --out DIR [--dtypes f16 bf16] [--quick]
+    python3 bench/cutlass_layers.py --table DIR/cutlass_layers.json   (the Markdown table again)
 """
 import argparse
 import json
@@ -31,14 +32,40 @@ QUICK = [(4096, 11008, 4096), (16384, 4096, 1024), (512, 1024, 512), (16, 4096, 
 CONFIGS = ["128x256", "64x128", "128x128"]
 
 
+def markdown_table(rows):
+    """The rows as the Markdown table of bench/results/*/README.md (times in us; a CUTLASS erf
+    time marked with a cross where its output was wrong: max error above 1)."""
+    cfgs = [c for c in CONFIGS if f"ge2_none_cutlass_{c}" in rows[0]["times_us"]]
+    lines = ["| dtype | M×N×K | torch.mm | cuBLASLt bias | CUTLASS bias " + " / ".join(cfgs) +
+             " | torch gelu(linear) | cuBLASLt + erf pass | CUTLASS erf " + " / ".join(cfgs) +
+             " | cuBLASLt tanh-fused |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        t, e = r["times_us"], r["max_abs_error"]
+        erf = " / ".join(f"{t[f'ge2_erf_cutlass_{c}']:.1f}" + (" ✗" if e[f"ge2_erf_cutlass_{c}"] > 1.0 else "")
+                         for c in cfgs)
+        tanh = f"{t['ge2_tanh']:.1f}" + ("" if r["kernels"]["ge2_tanh"].startswith("lt_")
+                                         else f" ({r['kernels']['ge2_tanh']})")
+        lines.append(f"| {r['dtype']} | {r['m']}×{r['n']}×{r['k']} | {t['torch_mm']:.1f} | {t['ge2_none_lt']:.1f} | "
+                     + " / ".join(f"{t[f'ge2_none_cutlass_{c}']:.1f}" for c in cfgs)
+                     + f" | {t['torch_erf']:.1f} | {t['ge2_erf_lt']:.1f} | {erf} | {tanh} |")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out")
+    parser.add_argument("--table", help="print the Markdown table of an earlier run's JSON and stop")
     parser.add_argument("--dtypes", nargs="+", default=["f16", "bf16"])
     parser.add_argument("--groups", type=int, default=15)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    import torch  # after argparse: --help works without torch
+    if args.table:
+        with open(args.table) as f:
+            print(markdown_table(json.load(f)["rows"]), end="")
+        return
+    if not args.out:
+        parser.error("--out is required")
+    import torch  # after argparse: --help and --table work without torch
     import torch.nn.functional as F
 
     import ge2
@@ -112,6 +139,8 @@ def main():
                   f" lt+pass {t['ge2_erf_lt']:.1f} | err ge2 {errors['ge2_erf']:.2e} torch {errors['torch_erf']:.2e}",
                   flush=True)
     os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "cutlass_layers.md"), "w") as f:
+        f.write(markdown_table(rows))
     with open(os.path.join(args.out, "cutlass_layers.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                    "ge2": ge2.__version__, "rows": rows}, f, indent=1)
