@@ -182,4 +182,24 @@ inline constexpr std::array<KernelId, kKernelCount> kAllKernels = [] {
   return ids;
 }();
 
+// The rows of the given families, in table order: what a backend offers, so that
+// a new row of an offered family needs no second list.
+template <KernelFamily... Families>
+constexpr bool in_families(KernelFamily family) {
+  return ((family == Families) || ...);
+}
+template <KernelFamily... Families>
+constexpr auto kernels_of() {
+  constexpr std::size_t count = [] {
+    std::size_t n = 0;
+    for (const KernelInfo& kernel : kKernels) n += in_families<Families...>(kernel.family) ? 1 : 0;
+    return n;
+  }();
+  std::array<KernelId, count> ids{};
+  std::size_t i = 0;
+  for (const KernelInfo& kernel : kKernels)
+    if (in_families<Families...>(kernel.family)) ids[i++] = kernel.id;
+  return ids;
+}
+
 }  // namespace ge2

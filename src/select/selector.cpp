@@ -192,6 +192,7 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
   Selection selection;
   const bool aligned = is_tensor_core_aligned(problem);
   const std::string layout_problem = cublaslt_layout_problem(problem);
+  const std::string cutlass_problem = cutlass_layout_problem(problem);
   for (KernelId kernel : offered) {
     Candidate candidate;
     candidate.kernel = kernel;
@@ -199,7 +200,8 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
     if (reason.empty()) reason = dtype_rule(kernel_info(kernel), problem.dtype, policy);
     if (reason.empty() && is_cublaslt_kernel(kernel) && !layout_problem.empty())
       reason = layout_problem;
-    if (reason.empty() && is_cutlass_kernel(kernel)) reason = cutlass_layout_problem(problem);
+    if (reason.empty() && is_cutlass_kernel(kernel) && !cutlass_problem.empty())
+      reason = cutlass_problem;
     if (!reason.empty()) {
       candidate.reason = reason;
       selection.candidates.push_back(candidate);

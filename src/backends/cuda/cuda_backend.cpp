@@ -89,20 +89,12 @@ class CudaBackend final : public Backend {
   // The CUTLASS kernels are sm90a code: Hopper (compute capability 9.0) only,
   // and only in builds with CUTLASS.
   std::span<const KernelId> gemm_kernels() const override {
-    static constexpr KernelId kOffered[] = {KernelId::LtF16, KernelId::LtBf16, KernelId::LtTf32,
-                                            KernelId::LtF32, KernelId::CudaF32};
-    static constexpr KernelId kWithCutlass[] = {KernelId::LtF16,
-                                                KernelId::LtBf16,
-                                                KernelId::LtTf32,
-                                                KernelId::LtF32,
-                                                KernelId::CutlassF16Coop,
-                                                KernelId::CutlassF16Pingpong,
-                                                KernelId::CutlassF16Pingpong128,
-                                                KernelId::CutlassBf16Coop,
-                                                KernelId::CutlassBf16Pingpong,
-                                                KernelId::CutlassBf16Pingpong128,
-                                                KernelId::CudaF32};
-    return cutlass_usable() ? std::span<const KernelId>(kWithCutlass) : kOffered;
+    static constexpr auto kOffered =
+        kernels_of<KernelFamily::Cublaslt, KernelFamily::CudaFallback>();
+    static constexpr auto kWithCutlass =
+        kernels_of<KernelFamily::Cublaslt, KernelFamily::Cutlass, KernelFamily::CudaFallback>();
+    if (cutlass_usable()) return kWithCutlass;
+    return kOffered;
   }
   bool cutlass_usable() const {
 #ifdef GE2_WITH_CUTLASS

@@ -24,7 +24,7 @@ class LtGemmStep final : public Step {
  public:
   LtGemmStep(cublasLtHandle_t handle, const GemmProblem& problem, KernelId kernel,
              const GemmSlots& slots, AlgoChooser& chooser)
-      : problem_(problem), matmul_(handle, problem, kernel), slots_(slots), chooser_(chooser) {
+      : matmul_(handle, problem, kernel), slots_(slots), chooser_(chooser) {
     choice_ = chooser.choose(matmul_);
     if (matmul_.needs_separate_activation()) {
       activation_.x = TensorType::dense(problem.dtype, 3, {problem.batch, problem.m, problem.n});
@@ -98,12 +98,12 @@ class LtGemmStep final : public Step {
         unaligned_choices_.erase(alignment);
       }
     }
-    std::call_once(fallback_once_, [&] { fallback_ = make_fallback_gemm_step(problem_, slots_); });
+    std::call_once(fallback_once_,
+                   [&] { fallback_ = make_fallback_gemm_step(matmul_.problem(), slots_); });
     fallback_->run(s);
     return false;
   }
 
-  GemmProblem problem_;
   LtMatmul matmul_;
   GemmSlots slots_;
   AlgoChooser& chooser_;

@@ -80,10 +80,6 @@ class CutlassGemm final : public GemmLauncher {
     return std::string("CUTLASS cannot implement it: ") + ::cutlass::cutlassGetStatusString(status);
   }
 
-  std::size_t workspace_bytes(const GemmArgs& args) const override {
-    return Gemm::get_workspace_size(to_arguments(args));
-  }
-
   std::string launch(const GemmArgs& args, void* workspace, std::size_t workspace_bytes,
                      cudaStream_t stream) override {
     // Steps of one plan may run on several threads at once; the kernel

@@ -39,7 +39,6 @@ class GemmLauncher {
   // Empty when CUTLASS accepts the shapes and strides (pointers are not looked
   // at), else its reason.
   virtual std::string check(const GemmArgs& args) const = 0;
-  virtual std::size_t workspace_bytes(const GemmArgs& args) const = 0;
   // Launches on `stream`; empty on success, else what failed. The kernel
   // parameters of the previous call are reused when the arguments are the same.
   virtual std::string launch(const GemmArgs& args, void* workspace, std::size_t workspace_bytes,
