@@ -12,6 +12,9 @@ Contenders per shape and dtype:
   ge2_silu        ge2's default choice for bias + SiLU
   ge2_none_lt     bias only, cuBLASLt; ge2_none_cutlass_* forced CUTLASS, per configuration
   ge2_erf_cutlass_* erf GELU forced onto each CUTLASS configuration
+  ge2_silu_cutlass_128x128  SiLU forced onto the 128x128 configuration
+  ge2_{none,erf,silu}_tuned  a context in tuning mode (fresh database): every
+                  feasible kernel timed at compile, the fastest kept
 Every contender is one call captured in a CUDA graph and replayed back to back,
 so the times compare kernels, not Python; the median over groups rotated ABBA.
 Errors: max |y - ref| against an fp64 reference, ge2's beside PyTorch's.
@@ -48,7 +51,19 @@ def markdown_table(rows):
         lines.append(f"| {r['dtype']} | {r['m']}×{r['n']}×{r['k']} | {t['torch_mm']:.1f} | {t['ge2_none_lt']:.1f} | "
                      + " / ".join(f"{t[f'ge2_none_cutlass_{c}']:.1f}" for c in cfgs)
                      + f" | {t['torch_erf']:.1f} | {t['ge2_erf_lt']:.1f} | {erf} | {tanh} |")
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    if "ge2_erf_tuned" in rows[0]["times_us"]:  # runs since 2026-12-03 (run 10)
+        text += ("\n| dtype | M×N×K | tuned bias (kernel) | tuned erf (kernel) | torch gelu(linear) | erf: torch / tuned |"
+                 " torch silu(linear) | CUTLASS silu 128x128 | tuned silu (kernel) | silu: torch / tuned |\n"
+                 "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+        for r in rows:
+            t, kn = r["times_us"], r["kernels"]
+            text += (f"| {r['dtype']} | {r['m']}×{r['n']}×{r['k']} | {t['ge2_none_tuned']:.1f} ({kn['ge2_none_tuned']}) | "
+                     f"{t['ge2_erf_tuned']:.1f} ({kn['ge2_erf_tuned']}) | {t['torch_erf']:.1f} | "
+                     f"{t['torch_erf'] / t['ge2_erf_tuned']:.2f} | {t['torch_silu']:.1f} | "
+                     f"{t['ge2_silu_cutlass_128x128']:.1f} | {t['ge2_silu_tuned']:.1f} ({kn['ge2_silu_tuned']}) | "
+                     f"{t['torch_silu'] / t['ge2_silu_tuned']:.2f} |\n")
+    return text
 
 
 def main():
@@ -73,6 +88,12 @@ def main():
 
     torch.manual_seed(0)
     ctx = ge2.Context(device="cuda", tunedb="")
+    tunedb = os.path.join(args.out, "cutlass_layers_tunedb.sqlite")
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(tunedb + suffix):
+            os.remove(tunedb + suffix)
+    os.makedirs(args.out, exist_ok=True)
+    ctx_tune = ge2.Context(device="cuda", tune="tune", tunedb=tunedb)
     rows = []
     for dtype_name in args.dtypes:
         dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
@@ -82,13 +103,13 @@ def main():
             b = torch.randn(n, device="cuda", dtype=dtype)
             ref_pre = (x.double() @ w.double().T + b.double())
 
-            def plan(act, force=None):
+            def plan(act, force=None, context=ctx):
                 g = ge2.Graph()
                 vx = g.input("x", (m, k), dtype_name)
                 vw = g.input("w", (n, k), dtype_name)
                 vb = g.input("b", (n,), dtype_name)
                 g.output(g.gemm_bias_act(vx, vw, vb, act=act, trans_b=True), "y")
-                p = g.compile(ctx, force_kernel=force)
+                p = g.compile(context, force_kernel=force)
                 y = torch.empty(m, n, device="cuda", dtype=dtype)
                 run = lambda: p.execute({"x": x, "w": w, "b": b, "y": y})  # noqa: E731
                 kernel = [s["selection"]["kernel"] for s in p.describe()["steps"] if "selection" in s][0]
@@ -102,6 +123,9 @@ def main():
             for cfg in CONFIGS:
                 ge2_runs[f"ge2_none_cutlass_{cfg}"] = plan(None, f"cutlass_{dtype_name}_{cfg}")
                 ge2_runs[f"ge2_erf_cutlass_{cfg}"] = plan("gelu", f"cutlass_{dtype_name}_{cfg}")
+            ge2_runs["ge2_silu_cutlass_128x128"] = plan("silu", f"cutlass_{dtype_name}_128x128")
+            for act, name in ((None, "none"), ("gelu", "erf"), ("silu", "silu")):
+                ge2_runs[f"ge2_{name}_tuned"] = plan(act, context=ctx_tune)
             outs = {}
             contenders = {
                 "torch_mm": lambda: torch.mm(x, w.T, out=outs.setdefault("mm", torch.empty(m, n, device="cuda", dtype=dtype))),
@@ -121,6 +145,9 @@ def main():
                     "torch_erf": err(outs["erf"], ref_erf), "ge2_erf": err(ge2_runs["ge2_erf"][1], ref_erf),
                     "ge2_erf_lt": err(ge2_runs["ge2_erf_lt"][1], ref_erf),
                     "torch_silu": err(outs["silu"], ref_silu), "ge2_silu": err(ge2_runs["ge2_silu"][1], ref_silu),
+                    "ge2_erf_tuned": err(ge2_runs["ge2_erf_tuned"][1], ref_erf),
+                    "ge2_silu_tuned": err(ge2_runs["ge2_silu_tuned"][1], ref_silu),
+                    "ge2_silu_cutlass_128x128": err(ge2_runs["ge2_silu_cutlass_128x128"][1], ref_silu),
                 }
                 for cfg in CONFIGS:
                     errors[f"ge2_erf_cutlass_{cfg}"] = err(ge2_runs[f"ge2_erf_cutlass_{cfg}"][1], ref_erf)
@@ -136,9 +163,11 @@ def main():
                   f"torch_silu/ge2_silu {t['torch_silu'] / t['ge2_silu']:.3f} ({row['kernels']['ge2_silu']}) | "
                   f"mm/cutlass-none best {t['torch_mm'] / min(t[f'ge2_none_cutlass_{c}'] for c in CONFIGS):.3f} | "
                   f"erf cutlass " + " ".join(f"{c} {t[f'ge2_erf_cutlass_{c}']:.1f}" for c in CONFIGS) +
-                  f" lt+pass {t['ge2_erf_lt']:.1f} | err ge2 {errors['ge2_erf']:.2e} torch {errors['torch_erf']:.2e}",
+                  f" lt+pass {t['ge2_erf_lt']:.1f} | err ge2 {errors['ge2_erf']:.2e} torch {errors['torch_erf']:.2e} | "
+                  f"tuned: erf {t['ge2_erf_tuned']:.1f} ({row['kernels']['ge2_erf_tuned']}) "
+                  f"silu {t['ge2_silu_tuned']:.1f} ({row['kernels']['ge2_silu_tuned']}) "
+                  f"none {t['ge2_none_tuned']:.1f} ({row['kernels']['ge2_none_tuned']})",
                   flush=True)
-    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "cutlass_layers.md"), "w") as f:
         f.write(markdown_table(rows))
     with open(os.path.join(args.out, "cutlass_layers.json"), "w") as f:

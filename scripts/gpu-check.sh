@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 through the device tool (see docs/gpu-validation.md):
-#   scripts/gpu-check.sh [tests|cutlass|reliability|sanitize|tune|notebook|profile|ffn|bench|all]...
+#   scripts/gpu-check.sh [tests|cutlass|epilogue|reliability|sanitize|tune|notebook|profile|ffn|bench|all]...
 # Uses the build folder made on the development machine (build-gpu, carried;
 # the device lacks sqlite3.h), runs the gpu-labelled tests, the sample, the
 # sanitizers and the benchmarks, and prints a short table last. Logs go to $OUT.
@@ -67,6 +67,13 @@ for mode in $modes; do
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$ROOT/bench \
       python3 "$ROOT/bench/cutlass_layers.py" --out "$OUT" ${CUTLASS_ARGS:-} > "$OUT/cutlass_layers.log" 2>&1
     note "cutlass layers: exit $? (cutlass_layers.log)"
+    ;;&
+  epilogue)
+    # What an activation costs in the CUTLASS epilogue (bench/cutlass_epilogue_probe.cpp;
+    # built on request: cmake --build build --target cutlass_epilogue_probe).
+    "$BUILD/bench/cutlass_epilogue_probe" --json "$OUT/epilogue_probe.json" ${EPILOGUE_ARGS:-} \
+      > "$OUT/epilogue_probe.log" 2>&1
+    note "epilogue probe: exit $? (epilogue_probe.log)"
     ;;&
   reliability | all)
     # The reliability cases of the GPU tests under memcheck, and the one-shot

@@ -6,9 +6,14 @@
 
 #ifdef GE2_TEST_WITH_CUDA
 #include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <array>
+#include <cstdio>
 
 #include "support/gpu_helpers.hpp"
+#include "tunedb/tunedb.hpp"
 
 using namespace ge2::test;
 
@@ -77,6 +82,11 @@ TEST_CASE("gpu cutlass: each configuration x dtype x activation x bias x C match
         CHECK(chosen_kernel(r.plan_json) == kernel.name);
         CHECK_MESSAGE(r.error <= 1e-2, c.label() << " " << kernel.name << " error " << r.error);
         CHECK_MESSAGE(r.padding_changed == 0, c.label() << " wrote into D's row padding");
+        // The 128x128 rows run erf GELU and SiLU on instances with the activation compiled in.
+        const bool compiled = std::string(kernel.name).ends_with("128x128") &&
+                              (act == GE2_ACT_GELU_ERF || act == GE2_ACT_SILU);
+        CHECK_MESSAGE((r.plan_json.find("activation compiled in") != std::string::npos) == compiled,
+                      c.label() << " " << kernel.name);
         ++cases;
       }
   MESSAGE("CUTLASS cases run: " << cases);
@@ -127,6 +137,82 @@ TEST_CASE("gpu cutlass: untuned, the selector keeps cuBLASLt and lists CUTLASS a
       CHECK(r.plan_json.find("not chosen without a measured time") != std::string::npos);
       CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
     }
+}
+
+TEST_CASE("gpu cutlass: tuning times CUTLASS beside cuBLASLt, stores it, and picks the faster") {
+  const std::string db = "/tmp/ge2-gpu-cutlass-tune-" + std::to_string(::getpid()) + ".sqlite";
+  std::remove(db.c_str());
+  {
+    auto probe = make_context(GE2_DEVICE_CUDA);
+    if (!cutlass_offered(probe.get())) return;
+  }
+  DeviceMemory memory;
+  GemmCase c;
+  c.dtype = GE2_DTYPE_BF16;
+  c.m = 1024;
+  c.n = 2048;
+  c.k = 512;
+  c.trans_b = true;
+  c.has_bias = true;
+  c.act = GE2_ACT_GELU_ERF;
+  // The candidates of the plan's GEMM step with their measured times.
+  auto selection_of = [](const std::string& plan_json) {
+    const auto plan = nlohmann::json::parse(plan_json);
+    for (const auto& step : plan["steps"])
+      if (step.contains("selection")) return step["selection"];
+    return nlohmann::json();
+  };
+  std::string tuned_kernel;
+  {
+    ContextPtr context = make_tuning_context(GE2_DEVICE_CUDA, GE2_TUNE_TUNE, db);
+    const auto r = run_gemm_case(context.get(), memory, c);
+    CHECK_MESSAGE(r.error <= 1e-2, "error " << r.error);
+    const auto selection = selection_of(r.plan_json);
+    tuned_kernel = selection["kernel"];
+    double best = 1e30, chosen = 0;
+    int measured_cutlass = 0;
+    for (const auto& candidate : selection["candidates"]) {
+      if (!candidate["feasible"].get<bool>()) continue;
+      const std::string name = candidate["kernel"];
+      CHECK_MESSAGE(candidate["measured"].get<bool>(), name << " was not measured");
+      if (!candidate["measured"].get<bool>()) continue;
+      const double time = candidate["score_us"];
+      MESSAGE(name << ": " << time << " us");
+      best = std::min(best, time);
+      if (name == tuned_kernel) chosen = time;
+      if (name.rfind("cutlass_", 0) == 0) ++measured_cutlass;
+    }
+    CHECK(measured_cutlass == 3);
+    CHECK(chosen == best);
+  }
+  // A later process reads the stored times and makes the same choice untuned.
+  {
+    ContextPtr context = make_tuning_context(GE2_DEVICE_CUDA, GE2_TUNE_CACHED, db);
+    const auto r = run_gemm_case(context.get(), memory, c);
+    CHECK(chosen_kernel(r.plan_json) == tuned_kernel);
+    CHECK_MESSAGE(r.error <= 1e-2, "error " << r.error);
+  }
+  // A stored CUTLASS row whose configuration this build does not have is ignored.
+  {
+    ge2::TuneDb database(db, ge2::TuneDb::Mode::ReadWrite);
+    int rewritten = 0;
+    for (auto row : database.list()) {
+      if (row.key.kernel.rfind("cutlass_", 0) != 0) continue;
+      row.algo = {{"configuration", "a configuration of another build"}};
+      row.time_us *= 0.5;  // a stored row is replaced only by a faster one
+      rewritten += database.upsert(row) ? 1 : 0;
+    }
+    CHECK(rewritten == 3);
+  }
+  {
+    ContextPtr context = make_tuning_context(GE2_DEVICE_CUDA, GE2_TUNE_CACHED, db);
+    const auto r = run_gemm_case(context.get(), memory, c);
+    CHECK(chosen_kernel(r.plan_json).rfind("lt_", 0) == 0);
+    const char* text = nullptr;
+    REQUIRE(ge2_context_describe(context.get(), &text) == GE2_OK);
+    CHECK(nlohmann::json::parse(text)["tuning"]["stale_rows_ignored"] == 3);
+  }
+  std::remove(db.c_str());
 }
 
 TEST_CASE("gpu cutlass: layouts the family cannot run are refused when forced, with the reason") {

@@ -2,7 +2,7 @@
 //
 //   ge_tune [--db FILE] tune   [--shape MxNxK[xB]]... [--shapes-file F] [--preset FFN]
 //                              [--dtype f16|bf16|f32] [--act none|relu|gelu|gelu_tanh|silu]
-//                              [--no-bias]
+//                              [--no-bias] [--weights nk|kn]
 //   ge_tune [--db FILE] check  (the same problem options; which algorithm each shape gets)
 //   ge_tune [--db FILE] list   [--kernel K] [--device TEXT]
 //   ge_tune [--db FILE] export --out FILE.jsonl
@@ -90,8 +90,9 @@ ge2_context_t* open_context(ge2_tune_mode_t mode, const std::string& db) {
 }
 
 // Compiles a one-node GEMM(+bias+act) plan; in tune mode that tunes the problem.
+// `nn_linear`: B is an [N, K] weight used transposed, as torch.nn.Linear stores it.
 nlohmann::json compile_shape(ge2_context_t* context, const Shape& s, ge2_dtype_t dtype,
-                             ge2_activation_t act, bool bias) {
+                             ge2_activation_t act, bool bias, bool nn_linear) {
   ge2_graph_t* graph = nullptr;
   check(ge2_graph_create(&graph));
   ge2_tensor_desc_t da{dtype, s.batch > 1 ? 3 : 2, {}, {}}, db{dtype, s.batch > 1 ? 3 : 2, {}, {}},
@@ -99,12 +100,15 @@ nlohmann::json compile_shape(ge2_context_t* context, const Shape& s, ge2_dtype_t
   const int r = s.batch > 1 ? 1 : 0;
   if (r) da.shape[0] = db.shape[0] = s.batch;
   da.shape[r] = s.m, da.shape[r + 1] = s.k;
-  db.shape[r] = s.k, db.shape[r + 1] = s.n;
+  db.shape[r] = nn_linear ? s.n : s.k, db.shape[r + 1] = nn_linear ? s.k : s.n;
+  ge2_gemm_attrs_t attrs;
+  check(ge2_gemm_attrs_init(&attrs));
+  attrs.trans_b = nn_linear ? 1 : 0;
   ge2_value_t a, b, vb = GE2_NO_VALUE, d;
   check(ge2_graph_add_input(graph, "a", &da, &a));
   check(ge2_graph_add_input(graph, "b", &db, &b));
   if (bias) check(ge2_graph_add_input(graph, "bias", &dbias, &vb));
-  check(ge2_graph_add_gemm_bias_act(graph, a, b, vb, nullptr, act, &d));
+  check(ge2_graph_add_gemm_bias_act(graph, a, b, vb, &attrs, act, &d));
   check(ge2_graph_mark_output(graph, d, "d", nullptr));
   ge2_plan_t* plan = nullptr;
   const ge2_status_t status = ge2_plan_compile(context, graph, nullptr, &plan);
@@ -165,8 +169,8 @@ int main(int argc, char** argv) {
                                                 ge2_get_version_string(), GE2_API_VERSION));
   std::string db;
   std::vector<std::string> shape_texts, presets;
-  std::string shapes_file, dtype_text = "f16", act_text = "relu", kernel_filter, device_filter,
-                           file, keep_device;
+  std::string shapes_file, dtype_text = "f16", act_text = "relu", weights_text = "nk",
+                           kernel_filter, device_filter, file, keep_device;
   bool no_bias = false, dry_run = false, force = false, json = false;
   std::int64_t keep_cublaslt = -1;
 
@@ -180,6 +184,10 @@ int main(int argc, char** argv) {
     sub->add_option("--act", act_text, "none, relu, gelu (erf), gelu_tanh or silu")
         ->check(CLI::IsMember({"none", "relu", "gelu", "gelu_tanh", "silu"}));
     sub->add_flag("--no-bias", no_bias, "tune the GEMM without a bias");
+    sub->add_option("--weights", weights_text,
+                    "B's layout: nk (an [N, K] weight used transposed, as torch.nn.Linear "
+                    "stores it; the default) or kn ([K, N])")
+        ->check(CLI::IsMember({"nk", "kn"}));
   };
   auto* tune = app.add_subcommand("tune", "tune shapes and store the winners");
   auto* check = app.add_subcommand(
@@ -254,7 +262,8 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < shapes.size(); ++i) {
         const Shape& s = shapes[i];
         const auto t0 = std::chrono::steady_clock::now();
-        const nlohmann::json step = compile_shape(context, s, dtype, act, !no_bias);
+        const nlohmann::json step =
+            compile_shape(context, s, dtype, act, !no_bias, weights_text == "nk");
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const double elapsed =
@@ -262,9 +271,10 @@ int main(int argc, char** argv) {
         const double eta =
             elapsed / static_cast<double>(i + 1) * static_cast<double>(shapes.size() - i - 1);
         const auto& kernel = step["kernel"];
-        fmt::print("{}x{}x{}x{} {} {}: {} [{}] compile {:.3f} s\n", s.batch, s.m, s.n, s.k,
-                   dtype_text, act_text, kernel.value("name", "?"),
-                   kernel.value("algo_source", "-"), seconds);
+        // cuBLASLt steps name their algorithm's source, CUTLASS steps their configuration.
+        fmt::print("{}x{}x{}x{} {} {} weights {}: {} [{}] compile {:.3f} s\n", s.batch, s.m, s.n,
+                   s.k, dtype_text, act_text, weights_text, kernel.value("name", "?"),
+                   kernel.value("algo_source", kernel.value("configuration", "-")), seconds);
         if (terminal)
           fmt::print(stderr, "\r[{}/{}] elapsed {} eta {}   ", i + 1, shapes.size(),
                      format_eta(elapsed), format_eta(eta));

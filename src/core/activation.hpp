@@ -26,6 +26,26 @@ enum class Activation : int {
   Silu = GE2_ACT_SILU,
 };
 
+// The device's fast exponential and division (ex2.approx and rcp.approx with a
+// multiply: a few instructions instead of expf's and IEEE division's dozens,
+// which an epilogue pays per element); exact on the host. Both are accurate to
+// a few fp32 ulps on the ranges the activations use.
+GE2_HOST_DEVICE float fast_exp(float x) {
+#ifdef __CUDA_ARCH__
+  return __expf(x);
+#else
+  return std::exp(x);
+#endif
+}
+// x / y; for y = inf (exp overflowed) the result is 0, the limit the callers want.
+GE2_HOST_DEVICE float fast_divide(float x, float y) {
+#ifdef __CUDA_ARCH__
+  return __fdividef(x, y);
+#else
+  return x / y;
+#endif
+}
+
 // x
 struct Identity {
   GE2_HOST_DEVICE float operator()(float x) const { return x; }
@@ -34,22 +54,35 @@ struct Identity {
 struct Relu {
   GE2_HOST_DEVICE float operator()(float x) const { return x > 0.0f ? x : 0.0f; }
 };
-// x * 0.5 * (1 + erf(x / sqrt(2))): torch.nn.GELU()'s default form
+// x * Phi(x) = x * erfc(-x / sqrt(2)) / 2: torch.nn.GELU()'s default form. erfc
+// from Abramowitz & Stegun 7.1.26 (|error of erf| <= 1.5e-7): erfc(z) =
+// t P(t) exp(-z^2), t = 1 / (1 + p z), z >= 0. For x < 0 Phi is erfc / 2 itself,
+// not 1 - erf, so the tail keeps its relative accuracy (erff's 1 + erf loses it:
+// 7% error at x = -5). bench/cutlass_epilogue_probe measured it against erff.
 struct GeluErf {
   GE2_HOST_DEVICE float operator()(float x) const {
-    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    const float z = fabsf(x) * 0.70710678118654752f;
+    const float t = fast_divide(1.0f, fmaf(0.3275911f, z, 1.0f));
+    const float p =
+        fmaf(t, fmaf(t, fmaf(t, fmaf(t, 1.061405429f, -1.453152027f), 1.421413741f), -0.284496736f),
+             0.254829592f);
+    const float erfc_z = t * p * fast_exp(-z * z);
+    const float phi = x >= 0.0f ? fmaf(-0.5f, erfc_z, 1.0f) : 0.5f * erfc_z;
+    return x * phi;
   }
 };
-// x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))): GELU(approximate='tanh')
+// x * 0.5 * (1 + tanh(u)), u = sqrt(2/pi) * (x + 0.044715 x^3):
+// GELU(approximate='tanh'), computed as x / (1 + exp(-2u)) (the same function).
 struct GeluTanh {
   GE2_HOST_DEVICE float operator()(float x) const {
-    return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+    const float two_u = 1.5957691216057308f * fmaf(0.044715f * x, x * x, x);
+    return fast_divide(x, 1.0f + fast_exp(-two_u));
   }
 };
 // x * sigmoid(x) = x / (1 + exp(-x)): torch.nn.SiLU(). For x < -88 exp(-x) is
 // inf and the quotient -0, the limit.
 struct Silu {
-  GE2_HOST_DEVICE float operator()(float x) const { return x / (1.0f + expf(-x)); }
+  GE2_HOST_DEVICE float operator()(float x) const { return fast_divide(x, 1.0f + fast_exp(-x)); }
 };
 
 // f(functor) for the functor of `act`: the one dispatch from the enum to the

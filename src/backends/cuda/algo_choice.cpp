@@ -139,9 +139,45 @@ std::optional<double> AlgoChooser::measured(KernelId kernel, const GemmProblem& 
   std::lock_guard lock(mutex_);
   if (auto it = measured_.find(text); it != measured_.end()) return it->second;
   std::optional<double> time;
-  if (auto row = db_.find_exact(key)) time = row->time_us;
-  measured_.emplace(text, time);
+  if (auto row = db_.find_exact(key)) {
+    const bool cutlass = is_cutlass_kernel(kernel);
+    if (!cutlass || (cutlass_timer_ && cutlass_timer_->row_matches(kernel, problem, row->algo))) {
+      time = row->time_us;
+    } else {
+      ++stale_rows_;
+      log(LogLevel::Warning, "ignoring tunedb row for {}: its configuration {} is not this build's",
+          text, row->algo.dump());
+    }
+  }
+  if (!time && mode_ == GE2_TUNE_TUNE) time = measure_now(kernel, problem, key);
+  measured_.insert_or_assign(text, time);
   return time;
+}
+
+std::optional<double> AlgoChooser::measure_now(KernelId kernel, const GemmProblem& problem,
+                                               const TuneKey& key) {
+  const std::string text = key.to_string();
+  if (is_cublaslt_kernel(kernel)) {
+    // Tuning it also times cuda_f32 on the problem, and makes the tuned
+    // algorithm the one its step will run.
+    std::optional<LtMatmul> matmul;
+    try {
+      matmul.emplace(handle_, problem, kernel);
+    } catch (const Error&) {
+      return std::nullopt;  // a layout cuBLASLt cannot express: the selector says why
+    }
+    choose(*matmul);
+    const auto it = measured_.find(text);
+    return it != measured_.end() ? it->second : std::nullopt;
+  }
+  if (!is_cutlass_kernel(kernel) || !cutlass_timer_) return std::nullopt;
+  const std::optional<TimedKernel> timed = cutlass_timer_->time(kernel, problem);
+  if (!timed) return std::nullopt;
+  ++tuned_;
+  if (db_.writable())
+    db_.store({key, timed->config, 0, timed->time_us, 0, problem.flops() / (timed->time_us * 1e3),
+               utc_now(), GE2_VERSION_STRING});
+  return timed->time_us;
 }
 
 MeasuredTime AlgoChooser::measured_times() {

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -23,11 +24,32 @@ struct AlgoChoice {
   std::string source;  // "heuristic", "tunedb", "tunedb bucket ...", "tuned now"
 };
 
+// A kernel that is not cuBLASLt's (a CUTLASS row), timed for the tuning mode:
+// its median time and the configuration its database row stores.
+struct TimedKernel {
+  double time_us = 0;
+  nlohmann::json config;
+};
+
+// Times the kernels of one family on a problem (the tuner for cuBLASLt lives
+// in Tuner), and says whether a stored row still describes the kernel built now.
+class FamilyTimer {
+ public:
+  virtual ~FamilyTimer() = default;
+  // Empty when the kernel cannot run the problem or disagrees with the reference.
+  virtual std::optional<TimedKernel> time(KernelId kernel, const GemmProblem& problem) = 0;
+  virtual bool row_matches(KernelId kernel, const GemmProblem& problem,
+                           const nlohmann::json& stored_config) const = 0;
+};
+
 class AlgoChooser {
  public:
   AlgoChooser(cublasLtHandle_t handle, const DeviceInfo& device, ge2_tune_mode_t mode,
               const std::string& tunedb_path, std::size_t workspace_bytes);
   ~AlgoChooser();
+
+  // Times the CUTLASS rows in tuning mode and validates their stored rows.
+  void set_cutlass_timer(std::unique_ptr<FamilyTimer> timer) { cutlass_timer_ = std::move(timer); }
 
   AlgoChoice choose(LtMatmul& matmul);
   // cuBLASLt's first choice for pointers aligned to `alignment` bytes.
@@ -39,16 +61,22 @@ class AlgoChooser {
   std::optional<AlgoChoice> from_record(const LtMatmul& matmul, const TuneRecord& record,
                                         std::string source);
   AlgoChoice tune_now(LtMatmul& matmul, const TuneKey& key);
+  // The measured step time of `kernel` on `problem`: from this process, the
+  // database, or (tuning mode) measured now, for every kernel family.
   std::optional<double> measured(KernelId kernel, const GemmProblem& problem);
+  std::optional<double> measure_now(KernelId kernel, const GemmProblem& problem,
+                                    const TuneKey& key);
 
   cublasLtHandle_t handle_;
   DeviceInfo device_;
   ge2_tune_mode_t mode_;
   std::size_t workspace_bytes_;
-  mutable std::mutex mutex_;
+  // Recursive: measuring a cuBLASLt kernel in measured() tunes it through choose().
+  mutable std::recursive_mutex mutex_;
   std::unordered_map<std::string, AlgoChoice> choices_;
   std::unordered_map<std::string, std::optional<double>> measured_;
   TuneDbAccess db_;
+  std::unique_ptr<FamilyTimer> cutlass_timer_;
   int stale_rows_ = 0, tuned_ = 0;
 };
 

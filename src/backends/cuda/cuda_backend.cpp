@@ -70,6 +70,11 @@ class CudaBackend final : public Backend {
     lt_ = make_lt_handle();
     chooser_ =
         std::make_unique<AlgoChooser>(lt_.get(), device_, tune_mode, tunedb_path, kWorkspaceBytes);
+#ifdef GE2_WITH_CUTLASS
+    if (cutlass_usable())
+      chooser_->set_cutlass_timer(
+          make_cutlass_timer(ordinal, device_.sm_count, props.l2CacheSize, kWorkspaceBytes));
+#endif
   }
 
   ge2_device_kind_t kind() const override { return GE2_DEVICE_CUDA; }

@@ -6,61 +6,68 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "backends/cuda/cutlass/gemm_launcher.hpp"
 #include "backends/cuda/gemm_steps.hpp"
+#include "backends/cuda/kernels.hpp"
+#include "backends/cuda/timing_rig.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "select/selector.hpp"
 
 namespace ge2::cuda {
-
-namespace cutlass_kernels {
-
-bool same_arguments(const GemmArgs& x, const GemmArgs& y) {
-  return x.m == y.m && x.n == y.n && x.k == y.k && x.batch == y.batch && x.a == y.a &&
-         x.lda == y.lda && x.batch_stride_a == y.batch_stride_a && x.b == y.b && x.ldb == y.ldb &&
-         x.batch_stride_b == y.batch_stride_b && x.c == y.c && x.ldc == y.ldc &&
-         x.batch_stride_c == y.batch_stride_c && x.d == y.d && x.ldd == y.ldd &&
-         x.batch_stride_d == y.batch_stride_d && x.bias == y.bias && x.alpha == y.alpha &&
-         x.beta == y.beta && x.activation == y.activation && x.device == y.device &&
-         x.sm_count == y.sm_count;
-}
-
-}  // namespace cutlass_kernels
 
 namespace {
 
 using cutlass_kernels::GemmArgs;
 using cutlass_kernels::GemmLauncher;
 
-// The instance behind each CUTLASS row of the kernel table.
+// The instances behind the CUTLASS rows of the kernel table: for each row one
+// that takes the activation at run time and, where measured to pay
+// (bench/cutlass_epilogue_probe), instances with one activation compiled in.
 struct CutlassInstance {
   KernelId kernel;
+  std::optional<Activation> compiled;  // empty: the activation is a kernel argument
   std::unique_ptr<GemmLauncher> (*make)();
 };
+namespace k = cutlass_kernels;
 constexpr CutlassInstance kInstances[] = {
-    {KernelId::CutlassF16Coop, cutlass_kernels::make_f16_cooperative_128x256},
-    {KernelId::CutlassF16Pingpong, cutlass_kernels::make_f16_pingpong_64x128},
-    {KernelId::CutlassF16Pingpong128, cutlass_kernels::make_f16_pingpong_128x128},
-    {KernelId::CutlassBf16Coop, cutlass_kernels::make_bf16_cooperative_128x256},
-    {KernelId::CutlassBf16Pingpong, cutlass_kernels::make_bf16_pingpong_64x128},
-    {KernelId::CutlassBf16Pingpong128, cutlass_kernels::make_bf16_pingpong_128x128},
+    {KernelId::CutlassF16Coop, std::nullopt, k::make_f16_cooperative_128x256},
+    {KernelId::CutlassF16Pingpong, std::nullopt, k::make_f16_pingpong_64x128},
+    {KernelId::CutlassF16Pingpong128, std::nullopt, k::make_f16_pingpong_128x128},
+    {KernelId::CutlassF16Pingpong128, Activation::GeluErf, k::make_f16_pingpong_128x128_gelu_erf},
+    {KernelId::CutlassF16Pingpong128, Activation::Silu, k::make_f16_pingpong_128x128_silu},
+    {KernelId::CutlassBf16Coop, std::nullopt, k::make_bf16_cooperative_128x256},
+    {KernelId::CutlassBf16Pingpong, std::nullopt, k::make_bf16_pingpong_64x128},
+    {KernelId::CutlassBf16Pingpong128, std::nullopt, k::make_bf16_pingpong_128x128},
+    {KernelId::CutlassBf16Pingpong128, Activation::GeluErf, k::make_bf16_pingpong_128x128_gelu_erf},
+    {KernelId::CutlassBf16Pingpong128, Activation::Silu, k::make_bf16_pingpong_128x128_silu},
 };
-constexpr bool every_cutlass_row_has_an_instance() {
+constexpr bool every_cutlass_row_has_a_runtime_instance() {
   for (const KernelInfo& row : kKernels) {
     if (row.family != KernelFamily::Cutlass) continue;
     bool found = false;
-    for (const CutlassInstance& instance : kInstances) found = found || instance.kernel == row.id;
+    for (const CutlassInstance& instance : kInstances)
+      found = found || (instance.kernel == row.id && !instance.compiled);
     if (!found) return false;
   }
   return true;
 }
-static_assert(every_cutlass_row_has_an_instance(), "a CUTLASS kernel row has no instance");
+static_assert(every_cutlass_row_has_a_runtime_instance(),
+              "a CUTLASS kernel row has no run-time-activation instance");
 
-std::unique_ptr<GemmLauncher> make_launcher(KernelId kernel) {
-  for (const CutlassInstance& instance : kInstances)
-    if (instance.kernel == kernel) return instance.make();
-  fail(GE2_ERROR_INTERNAL, "kernel '{}' is not a CUTLASS kernel", kernel_name(kernel));
+// The instance of `kernel` with `act` compiled in, else its run-time one.
+std::unique_ptr<GemmLauncher> make_launcher(KernelId kernel, Activation act) {
+  const CutlassInstance* runtime = nullptr;
+  for (const CutlassInstance& instance : kInstances) {
+    if (instance.kernel != kernel) continue;
+    if (instance.compiled == act) return instance.make();
+    if (!instance.compiled) runtime = &instance;
+  }
+  require(runtime != nullptr, GE2_ERROR_INTERNAL, "kernel '{}' is not a CUTLASS kernel",
+          kernel_name(kernel));
+  return runtime->make();
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
@@ -97,7 +104,7 @@ class CutlassGemmStep final : public Step {
         folded_(problem_.batch != problem.batch),
         kernel_(kernel),
         slots_(slots),
-        launcher_(make_launcher(kernel)),
+        launcher_(make_launcher(kernel, problem.act)),
         fallback_(std::move(unaligned_fallback)) {
     const std::string layout = cutlass_layout_problem(problem_);
     require(layout.empty(), GE2_ERROR_UNSUPPORTED, "{}", layout);
@@ -153,7 +160,67 @@ class CutlassGemmStep final : public Step {
   GemmArgs base_;
 };
 
+// Times CUTLASS rows for the tuning mode on the tuner's rig, after checking
+// each against cuda_f32 on the same operands.
+class CutlassTimer final : public FamilyTimer {
+ public:
+  CutlassTimer(int device, int sm_count, int l2_bytes, std::size_t workspace_bytes)
+      : device_(device), sm_count_(sm_count), l2_bytes_(l2_bytes), workspace_(workspace_bytes) {}
+
+  std::optional<TimedKernel> time(KernelId kernel, const GemmProblem& original) override {
+    const GemmProblem problem = fold_batch_into_m(original);
+    if (!cutlass_layout_problem(problem).empty()) return std::nullopt;
+    const std::unique_ptr<GemmLauncher> launcher = make_launcher(kernel, problem.act);
+    const GemmArgs base = base_arguments(problem, device_, sm_count_);
+    TimingRig rig(problem, l2_bytes_, workspace_);
+    auto arguments = [&](int set, void* d) {
+      const RigPointers r = rig.pointers(set, d);
+      GemmArgs g = base;
+      g.a = r.a, g.b = r.b, g.c = problem.has_c ? r.c : nullptr, g.d = r.d;
+      g.bias = problem.has_bias ? r.bias : nullptr;
+      return g;
+    };
+    if (!launcher->check(arguments(0, rig.output())).empty()) return std::nullopt;
+    auto run = [&](int set) {
+      const std::string failure = launcher->launch(arguments(set, rig.output()), rig.workspace(),
+                                                   rig.workspace_bytes(), rig.stream());
+      require(failure.empty(), GE2_ERROR_CUDA, "tuning {} ({}): {}", kernel_name(kernel),
+              launcher->configuration(), failure);
+    };
+    rig.clear(rig.reference());
+    const RigPointers r = rig.pointers(0, rig.reference());
+    launch_fallback_gemm(problem, r.a, r.b, r.c, r.bias, r.d, rig.stream());
+    rig.clear(rig.output());
+    run(0);
+    // Both accumulate in fp32: what differs is the order of the sums and the output rounding.
+    const double bound = problem.dtype == DType::F16 ? 5e-3 : 2e-2;
+    const double difference = rig.difference_from_reference();
+    if (!(difference <= bound)) {
+      log(LogLevel::Warning,
+          "tuning: {} disagrees with cuda_f32 on GEMM {} (relative difference {:.3g}); not timed",
+          kernel_name(kernel), problem.shape_string(), difference);
+      return std::nullopt;
+    }
+    return TimedKernel{rig.median_us(run), {{"configuration", launcher->configuration()}}};
+  }
+
+  bool row_matches(KernelId kernel, const GemmProblem& problem,
+                   const nlohmann::json& stored) const override {
+    return stored.is_object() &&
+           stored.value("configuration", "") == make_launcher(kernel, problem.act)->configuration();
+  }
+
+ private:
+  int device_, sm_count_, l2_bytes_;
+  std::size_t workspace_;
+};
+
 }  // namespace
+
+std::unique_ptr<FamilyTimer> make_cutlass_timer(int device, int sm_count, int l2_bytes,
+                                                std::size_t workspace_bytes) {
+  return std::make_unique<CutlassTimer>(device, sm_count, l2_bytes, workspace_bytes);
+}
 
 std::unique_ptr<Step> make_cutlass_gemm_step(const GemmProblem& problem, KernelId kernel,
                                              const GemmSlots& slots, int device, int sm_count,

@@ -26,12 +26,7 @@ class LtGemmStep final : public Step {
              const GemmSlots& slots, AlgoChooser& chooser)
       : matmul_(handle, problem, kernel), slots_(slots), chooser_(chooser) {
     choice_ = chooser.choose(matmul_);
-    if (matmul_.needs_separate_activation()) {
-      activation_.x = TensorType::dense(problem.dtype, 3, {problem.batch, problem.m, problem.n});
-      activation_.x.strides = {problem.d.batch_stride, problem.d.row_stride, problem.d.col_stride};
-      activation_.out = activation_.x;
-      activation_.act = problem.act;
-    }
+    if (matmul_.needs_separate_activation()) activation_ = matmul_.activation_pass();
   }
 
   void run(const ExecState& s) override {

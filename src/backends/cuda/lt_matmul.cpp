@@ -79,6 +79,16 @@ EpilogueChoice choose_epilogue(bool bias, Activation act) {
 
 }  // namespace
 
+ElementwiseProblem LtMatmul::activation_pass() const {
+  const GemmProblem& p = problem_;
+  ElementwiseProblem pass;
+  pass.x = TensorType::dense(p.dtype, 3, {p.batch, p.m, p.n});
+  pass.x.strides = {p.d.batch_stride, p.d.row_stride, p.d.col_stride};
+  pass.out = pass.x;
+  pass.act = p.act;
+  return pass;
+}
+
 LtMatmulTypes LtMatmul::types() const {
   return {kernel_ == KernelId::LtTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
           CUDA_R_32F, cuda_data_type(problem_.dtype)};

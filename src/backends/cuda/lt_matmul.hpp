@@ -43,6 +43,8 @@ class LtMatmul {
 
   // The activation runs in a separate kernel (cuBLASLt has no erf-GELU epilogue).
   bool needs_separate_activation() const { return separate_activation_; }
+  // That kernel's problem: the activation in place over D.
+  ElementwiseProblem activation_pass() const;
   const char* epilogue_name() const { return epilogue_name_; }
   const GemmProblem& problem() const { return problem_; }
   KernelId kernel() const { return kernel_; }

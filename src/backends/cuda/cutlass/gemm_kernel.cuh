@@ -14,6 +14,7 @@
 #include <cutlass/util/packed_stride.hpp>
 
 #include <mutex>
+#include <type_traits>
 
 #include "backends/cuda/cutlass/gemm_launcher.hpp"
 #include "backends/cuda/cutlass/runtime_activation.cuh"
@@ -49,14 +50,22 @@ struct Pingpong128x128 {
   static constexpr const char* kName = "ping-pong 128x128x64, cluster 2x1";
 };
 
-template <typename Element, typename Config>
+template <typename Functor, typename = void>
+struct TakesActivationArgument : std::false_type {};
+template <typename Functor>
+struct TakesActivationArgument<Functor, std::void_t<typename Functor::Arguments>> : std::true_type {
+};
+
+// Activation: RuntimeActivation (the activation is a kernel argument) or
+// CompiledActivation<F>::Fn (one functor compiled into the epilogue).
+template <typename Element, typename Config, template <class> class Activation = RuntimeActivation>
 class CutlassGemm final : public GemmLauncher {
+  static constexpr bool kRuntimeActivation = TakesActivationArgument<Activation<float>>::value;
   static constexpr int kAlignment = 16 / sizeof(Element);
   using RowMajor = ::cutlass::layout::RowMajor;
   using ColumnMajor = ::cutlass::layout::ColumnMajor;  // B as [N, K]: K contiguous
-  using Fusion =
-      ::cutlass::epilogue::fusion::LinCombPerColBiasEltAct<RuntimeActivation, Element, float,
-                                                           Element, Element, float>;
+  using Fusion = ::cutlass::epilogue::fusion::LinCombPerColBiasEltAct<Activation, Element, float,
+                                                                      Element, Element, float>;
   using CollectiveEpilogue = typename ::cutlass::epilogue::collective::CollectiveBuilder<
       ::cutlass::arch::Sm90, ::cutlass::arch::OpClassTensorOp, typename Config::Tile,
       typename Config::Cluster, ::cutlass::epilogue::collective::EpilogueTileAuto, float, float,
@@ -106,7 +115,9 @@ class CutlassGemm final : public GemmLauncher {
     return "";
   }
 
-  std::string configuration() const override { return Config::kName; }
+  std::string configuration() const override {
+    return std::string(Config::kName) + (kRuntimeActivation ? "" : ", activation compiled in");
+  }
 
  private:
   static typename Gemm::Arguments to_arguments(const GemmArgs& g) {
@@ -134,7 +145,7 @@ class CutlassGemm final : public GemmLauncher {
     epilogue.alpha = g.alpha;
     epilogue.beta = has_c ? g.beta : 0.0f;
     epilogue.bias_ptr = static_cast<const Element*>(g.bias);
-    epilogue.activation.activation = g.activation;
+    if constexpr (kRuntimeActivation) epilogue.activation.activation = g.activation;
     return arguments;
   }
 

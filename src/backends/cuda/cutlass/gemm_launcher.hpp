@@ -31,7 +31,15 @@ struct GemmArgs {
   int device = 0, sm_count = 0;
 };
 
-bool same_arguments(const GemmArgs& x, const GemmArgs& y);
+inline bool same_arguments(const GemmArgs& x, const GemmArgs& y) {
+  return x.m == y.m && x.n == y.n && x.k == y.k && x.batch == y.batch && x.a == y.a &&
+         x.lda == y.lda && x.batch_stride_a == y.batch_stride_a && x.b == y.b && x.ldb == y.ldb &&
+         x.batch_stride_b == y.batch_stride_b && x.c == y.c && x.ldc == y.ldc &&
+         x.batch_stride_c == y.batch_stride_c && x.d == y.d && x.ldd == y.ldd &&
+         x.batch_stride_d == y.batch_stride_d && x.bias == y.bias && x.alpha == y.alpha &&
+         x.beta == y.beta && x.activation == y.activation && x.device == y.device &&
+         x.sm_count == y.sm_count;
+}
 
 class GemmLauncher {
  public:
@@ -43,7 +51,8 @@ class GemmLauncher {
   // parameters of the previous call are reused when the arguments are the same.
   virtual std::string launch(const GemmArgs& args, void* workspace, std::size_t workspace_bytes,
                              cudaStream_t stream) = 0;
-  // "cooperative 128x256x64, cluster 2x1", for plans.
+  // "cooperative 128x256x64, cluster 2x1", for plans and tuning rows; ", activation
+  // compiled in" follows for the instances of one activation.
   virtual std::string configuration() const = 0;
 };
 
@@ -54,5 +63,10 @@ std::unique_ptr<GemmLauncher> make_f16_pingpong_128x128();
 std::unique_ptr<GemmLauncher> make_bf16_cooperative_128x256();
 std::unique_ptr<GemmLauncher> make_bf16_pingpong_64x128();
 std::unique_ptr<GemmLauncher> make_bf16_pingpong_128x128();
+// One activation compiled into the epilogue.
+std::unique_ptr<GemmLauncher> make_f16_pingpong_128x128_gelu_erf();
+std::unique_ptr<GemmLauncher> make_f16_pingpong_128x128_silu();
+std::unique_ptr<GemmLauncher> make_bf16_pingpong_128x128_gelu_erf();
+std::unique_ptr<GemmLauncher> make_bf16_pingpong_128x128_silu();
 
 }  // namespace ge2::cuda::cutlass_kernels

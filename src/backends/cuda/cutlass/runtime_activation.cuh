@@ -38,4 +38,25 @@ struct RuntimeActivation<cutlass::Array<T, N>> {
   }
 };
 
+// One functor compiled into the epilogue: CompiledActivation<F>::Fn, for
+// instances measured against the run-time dispatch (bench/cutlass_epilogue_probe).
+template <typename Functor>
+struct CompiledActivation {
+  template <typename T>
+  struct Fn {
+    CUTLASS_HOST_DEVICE T operator()(T const& x) const {
+      return T(Functor{}(static_cast<float>(x)));
+    }
+  };
+  template <typename T, int N>
+  struct Fn<cutlass::Array<T, N>> {
+    CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& x) const {
+      cutlass::Array<T, N> result;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N; ++i) result[i] = T(Functor{}(static_cast<float>(x[i])));
+      return result;
+    }
+  };
+};
+
 }  // namespace ge2::cuda::cutlass_kernels

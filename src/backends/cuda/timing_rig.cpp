@@ -1,0 +1,119 @@
+#include "backends/cuda/timing_rig.hpp"
+
+#include <algorithm>
+
+#include "backends/cuda/tune_kernels.hpp"
+
+namespace ge2::cuda {
+namespace {
+
+constexpr int kTimedBatches = 7;
+// Batches of about 2 ms after 20 ms of warm-up: a plan runs its GEMMs back to
+// back at the clocks the chip sustains under load, and 300 us bursts after an
+// idle spell ran at boost clocks instead: run 10 measured a tuned cuBLASLt
+// algorithm 7% slower than the heuristic's under sustained replay that the
+// short bursts had timed 7% faster (bench/results/2026-12-03-h200-run10).
+constexpr double kTargetBatchUs = 2000.0;
+constexpr double kWarmupUs = 20000.0;
+constexpr std::size_t kMaxRotationBytes = std::size_t{2} << 30;
+
+std::int64_t span_elements(const MatrixView& v, std::int64_t batch) {
+  return (batch - 1) * v.batch_stride + (v.rows - 1) * v.row_stride + (v.cols - 1) * v.col_stride +
+         1;
+}
+
+Stream new_stream() {
+  cudaStream_t s = nullptr;
+  GE2_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return Stream(s);
+}
+Event new_event() {
+  cudaEvent_t e = nullptr;
+  GE2_CUDA_CHECK(cudaEventCreate(&e));
+  return Event(e);
+}
+
+}  // namespace
+
+TimingRig::TimingRig(const GemmProblem& p, int l2_bytes, std::size_t workspace_bytes)
+    : problem_(p),
+      stream_(new_stream()),
+      start_(new_event()),
+      stop_(new_event()),
+      workspace_(workspace_bytes),
+      workspace_bytes_(workspace_bytes) {
+  const std::size_t element = dtype_size(p.dtype);
+  const std::int64_t a_elems = span_elements(p.a, p.batch), b_elems = span_elements(p.b, p.batch);
+  const std::size_t set_bytes = static_cast<std::size_t>(a_elems + b_elems) * element;
+  // Enough input sets that each run finds its operands out of L2.
+  const int sets = static_cast<int>(std::clamp<std::size_t>(
+      (2 * static_cast<std::size_t>(l2_bytes) + set_bytes - 1) / set_bytes, 1,
+      std::max<std::size_t>(
+          1, std::min<std::size_t>(8, kMaxRotationBytes / std::max<std::size_t>(set_bytes, 1)))));
+  std::uint64_t seed = 12345;
+  for (int s = 0; s < sets; ++s) {
+    a_.emplace_back(static_cast<std::size_t>(a_elems) * element);
+    b_.emplace_back(static_cast<std::size_t>(b_elems) * element);
+    fill_uniform(a_.back().data(), p.dtype, a_elems, ++seed, stream());
+    fill_uniform(b_.back().data(), p.dtype, b_elems, ++seed, stream());
+  }
+  d_elements_ = span_elements(p.d, p.batch);
+  d_ = DeviceBuffer(static_cast<std::size_t>(d_elements_) * element);
+  reference_ = DeviceBuffer(static_cast<std::size_t>(d_elements_) * element);
+  if (p.has_c) {
+    const std::int64_t c_elems = span_elements(p.c, p.batch);
+    c_ = DeviceBuffer(static_cast<std::size_t>(c_elems) * element);
+    fill_uniform(c_.data(), p.dtype, c_elems, ++seed, stream());
+  }
+  if (p.has_bias) {
+    const std::int64_t bias_elems = (p.n - 1) * p.bias_stride + 1;
+    bias_ = DeviceBuffer(static_cast<std::size_t>(bias_elems) * element);
+    fill_uniform(bias_.data(), p.dtype, bias_elems, ++seed, stream());
+  }
+}
+
+RigPointers TimingRig::pointers(int set, void* d) {
+  const auto s = static_cast<std::size_t>(set % sets());
+  return {a_[s].data(), b_[s].data(), c_.data(), bias_.data(), d};
+}
+
+void TimingRig::clear(void* d) {
+  GE2_CUDA_CHECK(cudaMemsetAsync(
+      d, 0, static_cast<std::size_t>(d_elements_) * dtype_size(problem_.dtype), stream()));
+}
+
+double TimingRig::difference_from_reference() {
+  return relative_difference(d_.data(), reference_.data(), problem_.dtype, d_elements_, stream());
+}
+
+double TimingRig::median_us(const std::function<void(int)>& run_once) {
+  run_once(0);
+  GE2_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  GE2_CUDA_CHECK(cudaEventRecord(start_.get(), stream()));
+  run_once(1 % sets());
+  GE2_CUDA_CHECK(cudaEventRecord(stop_.get(), stream()));
+  GE2_CUDA_CHECK(cudaEventSynchronize(stop_.get()));
+  float first_ms = 0;
+  GE2_CUDA_CHECK(cudaEventElapsedTime(&first_ms, start_.get(), stop_.get()));
+  const double first_us = std::max(1.0, first_ms * 1e3);
+  if (!warmed_up_) {
+    const int warmup = static_cast<int>(std::clamp(kWarmupUs / first_us, 1.0, 2000.0));
+    for (int r = 0; r < warmup; ++r) run_once(r % sets());
+    warmed_up_ = true;
+  }
+  const int reps = static_cast<int>(std::clamp(kTargetBatchUs / first_us, 1.0, 200.0));
+  std::vector<double> times;
+  for (int batch = 0; batch < kTimedBatches; ++batch) {
+    GE2_CUDA_CHECK(cudaEventRecord(start_.get(), stream()));
+    for (int r = 0; r < reps; ++r) run_once((batch * reps + r) % sets());
+    GE2_CUDA_CHECK(cudaEventRecord(stop_.get(), stream()));
+    GE2_CUDA_CHECK(cudaEventSynchronize(stop_.get()));
+    float ms = 0;
+    GE2_CUDA_CHECK(cudaEventElapsedTime(&ms, start_.get(), stop_.get()));
+    times.push_back(ms * 1e3 / reps);
+  }
+  std::nth_element(times.begin(), times.begin() + kTimedBatches / 2, times.end());
+  return times[kTimedBatches / 2];
+}
+
+}  // namespace ge2::cuda

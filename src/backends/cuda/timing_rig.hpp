@@ -1,0 +1,59 @@
+// The measuring bench the tuner times every kernel family on: random operands of
+// one GEMM problem in rotating sets that together exceed L2 (so each run reads
+// them from memory, as a plan does), an output and a reference output, a
+// workspace, a private stream, and a median over batches of back-to-back runs
+// timed with CUDA events.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <vector>
+
+#include "backends/cuda/cuda_raii.hpp"
+#include "ir/kernel_problems.hpp"
+
+namespace ge2::cuda {
+
+struct RigPointers {
+  const void *a, *b, *c, *bias;
+  void* d;
+};
+
+class TimingRig {
+ public:
+  TimingRig(const GemmProblem& problem, int l2_bytes, std::size_t workspace_bytes);
+
+  const GemmProblem& problem() const { return problem_; }
+  cudaStream_t stream() const { return stream_.get(); }
+  void* workspace() { return workspace_.data(); }
+  std::size_t workspace_bytes() const { return workspace_bytes_; }
+  int sets() const { return static_cast<int>(a_.size()); }
+
+  // Operands of input set `set` writing `d` (output() or reference()).
+  RigPointers pointers(int set, void* d);
+  void* output() { return d_.data(); }
+  void* reference() { return reference_.data(); }
+
+  // Zeroes output() or reference(): padding compares equal, and a kernel that
+  // writes nothing disagrees with the reference.
+  void clear(void* d);
+  // ||output - reference|| / ||reference|| over D's span; synchronises.
+  double difference_from_reference();
+  // Median time in microseconds of one call of run_once(set), which enqueues
+  // its work on stream() for input set `set`: 7 batches of about 2 ms of
+  // back-to-back calls, after about 20 ms of warm-up on the rig's first use.
+  double median_us(const std::function<void(int set)>& run_once);
+
+ private:
+  GemmProblem problem_;
+  Stream stream_;
+  Event start_, stop_;
+  std::vector<DeviceBuffer> a_, b_;
+  DeviceBuffer c_, bias_, d_, reference_, workspace_;
+  std::size_t workspace_bytes_;
+  std::int64_t d_elements_ = 0;
+  bool warmed_up_ = false;
+};
+
+}  // namespace ge2::cuda
