@@ -24,7 +24,12 @@
 **     until the next failing ge2 call on the same thread).
 **   - Option structs carry their own size in their first member so that the
 **     library can grow them without breaking callers compiled against an older
-**     header. Always fill them with the matching *_init function first.
+**     header. Always fill them with the matching *_init function first: it is
+**     a macro that passes the struct's size as the caller's header declares it
+**     to the *_init_sized function, so the library never writes past the end
+**     of an older caller's struct, and zeroes the fields of a newer caller's
+**     that it does not know. A struct whose unknown fields are not zero is
+**     refused (the caller sets an option this library does not have).
 **
 ** Enumerations end in a *_MAX_ENUM member that is not a valid value: it
 ** keeps every enum 32 bits wide in C and C++ alike, so that an out-of-range
@@ -189,8 +194,20 @@ typedef struct ge2_context_options {
                                    smaller struct_size reads as the default.) */
 } ge2_context_options_t;
 
-/* ge2_context_options_init: fill *options with defaults. options must not be NULL. */
-GE2_API ge2_status_t ge2_context_options_init(ge2_context_options_t* options);
+/* ge2_context_options_init_sized: fill the caller's struct of struct_size bytes with defaults:
+** the fields this library knows get their defaults, any bytes beyond them (a
+** newer header's fields) are zeroed, and struct_size is stored. struct_size
+** below the 2.0 struct's size, or above 65536, is GE2_ERROR_INVALID_ARGUMENT.
+** Call it through the ge2_context_options_init macro below. (Added in 2.3.) */
+GE2_API ge2_status_t ge2_context_options_init_sized(ge2_context_options_t* options,
+                                                    size_t struct_size);
+/* ge2_context_options_init: fill *options with defaults. options must not be NULL. The exported
+*function of this name (the entry point
+** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
+** passes the caller's own size. */
+GE2_API ge2_status_t(ge2_context_options_init)(ge2_context_options_t* options);
+#define ge2_context_options_init(options) \
+  ge2_context_options_init_sized((options), sizeof *(options))
 
 /*
 ** ge2_context_create: create a context.
@@ -301,8 +318,18 @@ typedef struct ge2_gemm_attrs {
   float beta;           /* default 0; non-zero needs a C operand */
 } ge2_gemm_attrs_t;
 
-/* ge2_gemm_attrs_init: fill *attrs with defaults (no transposes, alpha 1, beta 0). */
-GE2_API ge2_status_t ge2_gemm_attrs_init(ge2_gemm_attrs_t* attrs);
+/* ge2_gemm_attrs_init_sized: fill the caller's struct of struct_size bytes with defaults:
+** the fields this library knows get their defaults, any bytes beyond them (a
+** newer header's fields) are zeroed, and struct_size is stored. struct_size
+** below the 2.0 struct's size, or above 65536, is GE2_ERROR_INVALID_ARGUMENT.
+** Call it through the ge2_gemm_attrs_init macro below. (Added in 2.3.) */
+GE2_API ge2_status_t ge2_gemm_attrs_init_sized(ge2_gemm_attrs_t* attrs, size_t struct_size);
+/* ge2_gemm_attrs_init: fill *attrs with defaults (no transposes, alpha 1, beta 0). The exported
+*function of this name (the entry point
+** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
+** passes the caller's own size. */
+GE2_API ge2_status_t(ge2_gemm_attrs_init)(ge2_gemm_attrs_t* attrs);
+#define ge2_gemm_attrs_init(attrs) ge2_gemm_attrs_init_sized((attrs), sizeof *(attrs))
 
 /*
 ** ge2_graph_add_gemm: out = alpha * op(a) * op(b) + beta * c.
@@ -377,8 +404,20 @@ typedef struct ge2_compile_options {
                                reads as 0.) */
 } ge2_compile_options_t;
 
-/* ge2_compile_options_init: fill *options with defaults. */
-GE2_API ge2_status_t ge2_compile_options_init(ge2_compile_options_t* options);
+/* ge2_compile_options_init_sized: fill the caller's struct of struct_size bytes with defaults:
+** the fields this library knows get their defaults, any bytes beyond them (a
+** newer header's fields) are zeroed, and struct_size is stored. struct_size
+** below the 2.0 struct's size, or above 65536, is GE2_ERROR_INVALID_ARGUMENT.
+** Call it through the ge2_compile_options_init macro below. (Added in 2.3.) */
+GE2_API ge2_status_t ge2_compile_options_init_sized(ge2_compile_options_t* options,
+                                                    size_t struct_size);
+/* ge2_compile_options_init: fill *options with defaults. The exported function of this name (the
+*entry point
+** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
+** passes the caller's own size. */
+GE2_API ge2_status_t(ge2_compile_options_init)(ge2_compile_options_t* options);
+#define ge2_compile_options_init(options) \
+  ge2_compile_options_init_sized((options), sizeof *(options))
 
 /*
 ** ge2_plan_compile: validate the graph, infer shapes, fuse, remove dead nodes,
@@ -457,8 +496,18 @@ typedef struct ge2_gemm_params {
   float alpha; /* default 1 */
 } ge2_gemm_params_t;
 
-/* ge2_gemm_params_init: fill *params with defaults (sizes zero: the caller sets them). */
-GE2_API ge2_status_t ge2_gemm_params_init(ge2_gemm_params_t* params);
+/* ge2_gemm_params_init_sized: fill the caller's struct of struct_size bytes with defaults:
+** the fields this library knows get their defaults, any bytes beyond them (a
+** newer header's fields) are zeroed, and struct_size is stored. struct_size
+** below the 2.0 struct's size, or above 65536, is GE2_ERROR_INVALID_ARGUMENT.
+** Call it through the ge2_gemm_params_init macro below. (Added in 2.3.) */
+GE2_API ge2_status_t ge2_gemm_params_init_sized(ge2_gemm_params_t* params, size_t struct_size);
+/* ge2_gemm_params_init: fill *params with defaults (sizes zero: the caller sets them). The exported
+*function of this name (the entry point
+** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
+** passes the caller's own size. */
+GE2_API ge2_status_t(ge2_gemm_params_init)(ge2_gemm_params_t* params);
+#define ge2_gemm_params_init(params) ge2_gemm_params_init_sized((params), sizeof *(params))
 
 /*
 ** ge2_gemm_bias_act: D = act(alpha * op(A) * op(B) + bias) in one call. The

@@ -62,7 +62,7 @@ TEST_CASE("errors: context options") {
   options.device_ordinal = -2;
   expect_error(ge2_context_create(GE2_API_VERSION, &options, &context), GE2_ERROR_INVALID_ARGUMENT,
                {"'options->device_ordinal' = -2"});
-  expect_error(ge2_context_options_init(nullptr), GE2_ERROR_INVALID_ARGUMENT,
+  expect_error((ge2_context_options_init)(nullptr), GE2_ERROR_INVALID_ARGUMENT,
                {"'options' is NULL"});
 }
 

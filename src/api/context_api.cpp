@@ -17,21 +17,39 @@ constexpr std::uint32_t kDefaultOneShotCacheSize = 1024;
 // 2.0 and 2.1 callers' struct ends after tunedb_path; one_shot_cache_size came in 2.2.
 constexpr std::size_t kOptionsSize21 =
     offsetof(ge2_context_options_t, tunedb_path) + sizeof(const char*);
+// The struct as 2.2 and 2.3 declare it. A field added later makes sizeof larger
+// than this; ge2_context_options_init, the 2.2 entry point, keeps filling this many bytes.
+constexpr std::size_t kOptionsSize22 = 32;
+static_assert(sizeof(ge2_context_options_t) == kOptionsSize22 &&
+                  offsetof(ge2_context_options_t, one_shot_cache_size) == 24,
+              "ge2_context_options_t's layout is part of the ABI: append fields, and keep "
+              "kOptionsSize22 for the 2.2 entry point");
+
+ge2_context_options_t default_options() {
+  ge2_context_options_t options{};
+  options.struct_size = sizeof(ge2_context_options_t);
+  options.device = GE2_DEVICE_AUTO;
+  options.device_ordinal = 0;
+  options.tune_mode = GE2_TUNE_CACHED;
+  options.tunedb_path = nullptr;
+  options.one_shot_cache_size = kDefaultOneShotCacheSize;
+  return options;
+}
 
 }  // namespace
 
 extern "C" {
 
-ge2_status_t ge2_context_options_init(ge2_context_options_t* options) {
+ge2_status_t ge2_context_options_init_sized(ge2_context_options_t* options, size_t struct_size) {
   return guarded(__func__, [&](const char* f) {
-    require_not_null(options, f, "options");
-    *options = ge2_context_options_t{};
-    options->struct_size = sizeof(ge2_context_options_t);
-    options->device = GE2_DEVICE_AUTO;
-    options->device_ordinal = 0;
-    options->tune_mode = GE2_TUNE_CACHED;
-    options->tunedb_path = nullptr;
-    options->one_shot_cache_size = kDefaultOneShotCacheSize;
+    init_struct(options, struct_size, default_options(), kOptionsSize21, f, "options");
+  });
+}
+
+// The 2.2 entry point: callers built against 2.2 headers pass 2.2-sized structs.
+ge2_status_t(ge2_context_options_init)(ge2_context_options_t* options) {
+  return guarded(__func__, [&](const char* f) {
+    init_struct(options, kOptionsSize22, default_options(), kOptionsSize21, f, "options");
   });
 }
 
@@ -43,8 +61,7 @@ ge2_status_t ge2_context_create(int api_version, const ge2_context_options_t* op
             "the caller against its ge_v2_api.h",
             f, api_version, GE2_API_VERSION);
     require_not_null(out, f, "out");
-    ge2_context_options_t defaults;
-    ge2_context_options_init(&defaults);
+    const ge2_context_options_t defaults = default_options();
     if (options == nullptr) options = &defaults;
     require_struct_size(*options, f, "options", kOptionsSize21);
     const std::uint32_t one_shot_cache_size =

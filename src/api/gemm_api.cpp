@@ -8,6 +8,23 @@ using namespace ge2;
 
 namespace {
 
+// The struct as 2.0 to 2.3 declare it; the 2.2 entry point keeps filling this many bytes.
+constexpr std::size_t kParamsSize22 = 112;
+static_assert(sizeof(ge2_gemm_params_t) == kParamsSize22 &&
+                  offsetof(ge2_gemm_params_t, alpha) == 108,
+              "ge2_gemm_params_t's layout is part of the ABI: append fields, and keep "
+              "kParamsSize22 for the 2.2 entry point");
+
+ge2_gemm_params_t default_params() {
+  ge2_gemm_params_t params{};
+  params.struct_size = sizeof(ge2_gemm_params_t);
+  params.batch = 1;
+  params.dtype = GE2_DTYPE_F16;
+  params.activation = GE2_ACT_NONE;
+  params.alpha = 1.0f;
+  return params;
+}
+
 void check_params(const ge2_gemm_params_t& p, const char* f) {
   require_struct_size(p, f, "params");
   auto positive = [&](std::int64_t value, const char* name) {
@@ -126,15 +143,16 @@ std::unique_ptr<Plan> build_one_shot_plan(ge2_context_t* context, const ge2_gemm
 
 extern "C" {
 
-ge2_status_t ge2_gemm_params_init(ge2_gemm_params_t* params) {
+ge2_status_t ge2_gemm_params_init_sized(ge2_gemm_params_t* params, size_t struct_size) {
   return guarded(__func__, [&](const char* f) {
-    require_not_null(params, f, "params");
-    *params = ge2_gemm_params_t{};
-    params->struct_size = sizeof(ge2_gemm_params_t);
-    params->batch = 1;
-    params->dtype = GE2_DTYPE_F16;
-    params->activation = GE2_ACT_NONE;
-    params->alpha = 1.0f;
+    init_struct(params, struct_size, default_params(), sizeof(ge2_gemm_params_t), f, "params");
+  });
+}
+
+// The 2.2 entry point: callers built against 2.2 headers pass 2.2-sized structs.
+ge2_status_t(ge2_gemm_params_init)(ge2_gemm_params_t* params) {
+  return guarded(__func__, [&](const char* f) {
+    init_struct(params, kParamsSize22, default_params(), sizeof(ge2_gemm_params_t), f, "params");
   });
 }
 

@@ -13,6 +13,19 @@ using namespace ge2;
 
 namespace {
 
+// The struct as 2.0 to 2.3 declare it; the 2.2 entry point keeps filling this many bytes.
+constexpr std::size_t kAttrsSize22 = 20;
+static_assert(sizeof(ge2_gemm_attrs_t) == kAttrsSize22 && offsetof(ge2_gemm_attrs_t, beta) == 16,
+              "ge2_gemm_attrs_t's layout is part of the ABI: append fields, and keep "
+              "kAttrsSize22 for the 2.2 entry point");
+
+ge2_gemm_attrs_t default_attrs() {
+  ge2_gemm_attrs_t attrs{};
+  attrs.struct_size = sizeof(ge2_gemm_attrs_t);
+  attrs.alpha = 1.0f;
+  return attrs;
+}
+
 constexpr std::size_t kMaxNameLength = 255;
 
 void check_name(const char* name, const char* function) {
@@ -128,12 +141,16 @@ ge2_status_t ge2_graph_add_constant(ge2_graph_t* graph, const char* name,
   });
 }
 
-ge2_status_t ge2_gemm_attrs_init(ge2_gemm_attrs_t* attrs) {
+ge2_status_t ge2_gemm_attrs_init_sized(ge2_gemm_attrs_t* attrs, size_t struct_size) {
   return guarded(__func__, [&](const char* f) {
-    require_not_null(attrs, f, "attrs");
-    *attrs = ge2_gemm_attrs_t{};
-    attrs->struct_size = sizeof(ge2_gemm_attrs_t);
-    attrs->alpha = 1.0f;
+    init_struct(attrs, struct_size, default_attrs(), sizeof(ge2_gemm_attrs_t), f, "attrs");
+  });
+}
+
+// The 2.2 entry point: callers built against 2.2 headers pass 2.2-sized structs.
+ge2_status_t(ge2_gemm_attrs_init)(ge2_gemm_attrs_t* attrs) {
+  return guarded(__func__, [&](const char* f) {
+    init_struct(attrs, kAttrsSize22, default_attrs(), sizeof(ge2_gemm_attrs_t), f, "attrs");
   });
 }
 

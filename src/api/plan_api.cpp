@@ -9,13 +9,43 @@
 using namespace ge2;
 
 namespace ge2 {
+namespace {
+
+// 2.0 callers' struct ends after force_kernel; graph_replay came in 2.1.
+constexpr std::size_t kCompileOptionsSize20 =
+    offsetof(ge2_compile_options_t, force_kernel) + sizeof(const char*);
+// The struct as 2.1 to 2.3 declare it; the 2.2 entry point keeps filling this many bytes.
+constexpr std::size_t kCompileOptionsSize22 = 32;
+static_assert(sizeof(ge2_compile_options_t) == kCompileOptionsSize22 &&
+                  offsetof(ge2_compile_options_t, graph_replay) == 24,
+              "ge2_compile_options_t's layout is part of the ABI: append fields, and keep "
+              "kCompileOptionsSize22 for the 2.2 entry point");
+
+ge2_compile_options_t default_compile_options() {
+  ge2_compile_options_t options{};
+  options.struct_size = sizeof(ge2_compile_options_t);
+  options.fuse = 1;
+  options.allow_tf32 = 0;
+  options.allow_staging = 1;
+  options.force_kernel = nullptr;
+  options.graph_replay = 0;
+  return options;
+}
+
+// "lt_f16, lt_bf16, ...": every row of the kernel table.
+std::string kernel_names() {
+  std::string names;
+  for (const KernelInfo& row : kKernels)
+    names += (names.empty() ? "" : ", ") + std::string(row.name);
+  return names;
+}
+
+}  // namespace
 
 CompileOptions compile_options_from(const ge2_compile_options_t* options, const char* function) {
   CompileOptions result;
   if (options != nullptr) {
-    // 2.0 callers' struct ends after force_kernel; graph_replay came in 2.1.
-    require_struct_size(*options, function, "options",
-                        offsetof(ge2_compile_options_t, force_kernel) + sizeof(const char*));
+    require_struct_size(*options, function, "options", kCompileOptionsSize20);
     result.fuse = options->fuse != 0;
     result.policy.allow_tf32 = options->allow_tf32 != 0;
     result.policy.allow_staging = options->allow_staging != 0;
@@ -32,9 +62,8 @@ CompileOptions compile_options_from(const ge2_compile_options_t* options, const 
   if (forced != nullptr) {
     result.policy.forced = kernel_from_name(forced);
     require(result.policy.forced.has_value(), GE2_ERROR_INVALID_ARGUMENT,
-            "{}: argument '{}' = '{}' is not a kernel (lt_f16, lt_bf16, lt_tf32, lt_f32, "
-            "cuda_f32, cpu_ref)",
-            function, source, forced);
+            "{}: argument '{}' = '{}' is not a kernel ({})", function, source, forced,
+            kernel_names());
   }
   return result;
 }
@@ -43,16 +72,18 @@ CompileOptions compile_options_from(const ge2_compile_options_t* options, const 
 
 extern "C" {
 
-ge2_status_t ge2_compile_options_init(ge2_compile_options_t* options) {
+ge2_status_t ge2_compile_options_init_sized(ge2_compile_options_t* options, size_t struct_size) {
   return guarded(__func__, [&](const char* f) {
-    require_not_null(options, f, "options");
-    *options = ge2_compile_options_t{};
-    options->struct_size = sizeof(ge2_compile_options_t);
-    options->fuse = 1;
-    options->allow_tf32 = 0;
-    options->allow_staging = 1;
-    options->force_kernel = nullptr;
-    options->graph_replay = 0;
+    init_struct(options, struct_size, default_compile_options(), kCompileOptionsSize20, f,
+                "options");
+  });
+}
+
+// The 2.2 entry point: callers built against 2.2 headers pass 2.2-sized structs.
+ge2_status_t(ge2_compile_options_init)(ge2_compile_options_t* options) {
+  return guarded(__func__, [&](const char* f) {
+    init_struct(options, kCompileOptionsSize22, default_compile_options(), kCompileOptionsSize20, f,
+                "options");
   });
 }
 

@@ -90,7 +90,7 @@ class Context:
                  one_shot_cache_size: int | None = None):
         f = "ge2.Context"
         options = _capi.ContextOptions()
-        _check(_lib.ge2_context_options_init(ctypes.byref(options)))
+        _check(_lib.ge2_context_options_init_sized(ctypes.byref(options), ctypes.sizeof(options)))
         options.device = _checks.choice(device, _capi.DEVICES, "device", f)
         options.tune_mode = _checks.choice(tune, _capi.TUNE_MODES, "tune", f)
         options.device_ordinal = _checks.integer(ordinal, "ordinal", f, 0, _checks.INT32_MAX)
@@ -188,7 +188,7 @@ class Graph:
     @staticmethod
     def _attrs(trans_a, trans_b, alpha, beta, function):
         attrs = _capi.GemmAttrs()
-        _check(_lib.ge2_gemm_attrs_init(ctypes.byref(attrs)))
+        _check(_lib.ge2_gemm_attrs_init_sized(ctypes.byref(attrs), ctypes.sizeof(attrs)))
         attrs.trans_a = _checks.flag(trans_a, "trans_a", function)
         attrs.trans_b = _checks.flag(trans_b, "trans_b", function)
         attrs.alpha = _checks.real(alpha, "alpha", function)
@@ -281,7 +281,7 @@ class Plan:
         if not isinstance(context, Context):
             raise TypeError(f"{f}: argument 'context' is a {type(context).__name__}, not a ge2.Context")
         options = _capi.CompileOptions()
-        _check(_lib.ge2_compile_options_init(ctypes.byref(options)))
+        _check(_lib.ge2_compile_options_init_sized(ctypes.byref(options), ctypes.sizeof(options)))
         options.fuse = _checks.flag(fuse, "fuse", f)
         options.allow_tf32 = _checks.flag(allow_tf32, "allow_tf32", f)
         options.graph_replay = _checks.flag(graph_replay, "graph_replay", f)
@@ -435,7 +435,7 @@ def gemm_bias_act(a, b, bias=None, act=None, *, trans_a=False, trans_b=False, al
     if d_transposed and m > 1 and n > 1:
         raise invalid(f, f"argument 'out' (element strides {vd.strides}) must have contiguous rows")
     params = _capi.GemmParams()
-    _check(_lib.ge2_gemm_params_init(ctypes.byref(params)))
+    _check(_lib.ge2_gemm_params_init_sized(ctypes.byref(params), ctypes.sizeof(params)))
     params.m, params.n, params.k, params.batch = m, n, k, batch
     params.trans_a, params.trans_b = trans_a, trans_b
     params.lda, params.stride_a = lda, stride_a

@@ -98,7 +98,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ge2_last_error": (ctypes.c_char_p, []),
         "ge2_get_api_version": (I, []),
         "ge2_get_version_string": (ctypes.c_char_p, []),
-        "ge2_context_options_init": (S, [ctypes.POINTER(ContextOptions)]),
+        "ge2_context_options_init_sized": (S, [ctypes.POINTER(ContextOptions), ctypes.c_size_t]),  # with this module's struct size
         "ge2_context_create": (S, [I, ctypes.POINTER(ContextOptions), pp]),
         "ge2_context_destroy": (None, [P]),
         "ge2_context_get_device_kind": (S, [P, ctypes.POINTER(ctypes.c_int)]),
@@ -106,7 +106,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ge2_graph_create": (S, [pp]),
         "ge2_graph_destroy": (None, [P]),
         "ge2_graph_add_input": (S, [P, ctypes.c_char_p, ctypes.POINTER(TensorDesc), value_p]),
-        "ge2_gemm_attrs_init": (S, [ctypes.POINTER(GemmAttrs)]),
+        "ge2_gemm_attrs_init_sized": (S, [ctypes.POINTER(GemmAttrs), ctypes.c_size_t]),  # with this module's struct size
         "ge2_graph_add_gemm": (S, [P, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(GemmAttrs), value_p]),
         "ge2_graph_add_bias": (S, [P, ctypes.c_int32, ctypes.c_int32, value_p]),
         "ge2_graph_add_activation": (S, [P, ctypes.c_int32, I, value_p]),
@@ -115,14 +115,14 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ge2_graph_add_constant": (S, [P, ctypes.c_char_p, ctypes.POINTER(TensorDesc), P, value_p]),
         "ge2_graph_mark_output": (S, [P, ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(TensorDesc)]),
         "ge2_graph_get_desc": (S, [P, ctypes.c_int32, ctypes.POINTER(TensorDesc)]),
-        "ge2_compile_options_init": (S, [ctypes.POINTER(CompileOptions)]),
+        "ge2_compile_options_init_sized": (S, [ctypes.POINTER(CompileOptions), ctypes.c_size_t]),  # with this module's struct size
         "ge2_plan_compile": (S, [P, P, ctypes.POINTER(CompileOptions), pp]),
         "ge2_plan_destroy": (None, [P]),
         "ge2_plan_describe": (S, [P, ctypes.POINTER(ctypes.c_char_p)]),
         "ge2_plan_io_count": (S, [P, ctypes.POINTER(ctypes.c_size_t)]),
         "ge2_plan_io_info": (S, [P, ctypes.c_size_t, ctypes.POINTER(IoInfo)]),
         "ge2_plan_execute": (S, [P, ctypes.POINTER(Binding), ctypes.c_size_t, P]),
-        "ge2_gemm_params_init": (S, [ctypes.POINTER(GemmParams)]),
+        "ge2_gemm_params_init_sized": (S, [ctypes.POINTER(GemmParams), ctypes.c_size_t]),  # with this module's struct size
         "ge2_gemm_bias_act": (S, [P, ctypes.POINTER(GemmParams), P, P, P, P, P]),
     }
     for name, (restype, argtypes) in table.items():
