@@ -41,8 +41,8 @@ class TimingRig {
   // ||output - reference|| / ||reference|| over D's span; synchronises.
   double difference_from_reference();
   // Median time in microseconds of one call of run_once(set), which enqueues
-  // its work on stream() for input set `set`: 7 batches of about 2 ms of
-  // back-to-back calls, after about 20 ms of warm-up on the rig's first use.
+  // its work on stream() for input set `set`: the median of 7 batches of about
+  // 300 us of back-to-back calls (timing_rig.cpp says why not longer).
   double median_us(const std::function<void(int set)>& run_once);
 
  private:
@@ -53,7 +53,6 @@ class TimingRig {
   DeviceBuffer c_, bias_, d_, reference_, workspace_;
   std::size_t workspace_bytes_;
   std::int64_t d_elements_ = 0;
-  bool warmed_up_ = false;
 };
 
 }  // namespace ge2::cuda
