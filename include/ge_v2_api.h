@@ -178,20 +178,51 @@ typedef struct ge2_plan_s ge2_plan_t;       /* a compiled, executable graph */
 /* Context                                                                   */
 /* ------------------------------------------------------------------------- */
 
+/*
+** Diagnostics. A context reports what it degrades or works around (a tuning
+** database it cannot use, a stale tuned row, GE2_DEVICE_AUTO running on the
+** CPU) through a callback or, without one, on stderr as "ge2: warning: ...".
+** Errors of a call are not logged: they are its status and ge2_last_error().
+** (Added in 2.3.)
+*/
+typedef enum ge2_log_level {
+  GE2_LOG_DEFAULT = 0, /* in options: $GE2_LOG_LEVEL ("off", "error", "warning", "info"),
+                          else warning */
+  GE2_LOG_OFF = 1,
+  GE2_LOG_ERROR = 2,
+  GE2_LOG_WARNING = 3,
+  GE2_LOG_INFO = 4,
+  GE2_LOG_LEVEL_MAX_ENUM = 0x7fffffff
+} ge2_log_level_t;
+
+/*
+** ge2_log_callback_t: receives one message (no trailing newline) of the given
+** level. message is valid only during the call. It may be called from any
+** thread that uses the context, from several at once; it must return, must
+** not throw (C++) and must not call ge2 functions on the same context.
+*/
+typedef void (*ge2_log_callback_t)(void* user_data, ge2_log_level_t level, const char* message);
+
 typedef struct ge2_context_options {
-  uint32_t struct_size;         /* set by ge2_context_options_init */
-  ge2_device_kind_t device;     /* default GE2_DEVICE_AUTO */
-  int device_ordinal;           /* CUDA device index, default 0 */
-  ge2_tune_mode_t tune_mode;    /* default GE2_TUNE_CACHED */
-  const char* tunedb_path;      /* NULL: $GE2_TUNEDB, else $XDG_CACHE_HOME/ge2/tunedb.sqlite,
-                                   else ~/.cache/ge2/tunedb.sqlite;
-                                   "" : no database, in-memory tuning cache only */
-  uint32_t one_shot_cache_size; /* how many compiled plans ge2_gemm_bias_act keeps, the
-                                   least recently used evicted first; 0 compiles every
-                                   call. Default 1024. Cycling through more distinct
-                                   parameter blocks than this misses every time: size
-                                   it to the working set. (Added in 2.2; older callers'
-                                   smaller struct_size reads as the default.) */
+  uint32_t struct_size;            /* set by ge2_context_options_init */
+  ge2_device_kind_t device;        /* default GE2_DEVICE_AUTO */
+  int device_ordinal;              /* CUDA device index, default 0 */
+  ge2_tune_mode_t tune_mode;       /* default GE2_TUNE_CACHED */
+  const char* tunedb_path;         /* NULL: $GE2_TUNEDB, else $XDG_CACHE_HOME/ge2/tunedb.sqlite,
+                                      else ~/.cache/ge2/tunedb.sqlite;
+                                      "" : no database, in-memory tuning cache only */
+  uint32_t one_shot_cache_size;    /* how many compiled plans ge2_gemm_bias_act keeps, the
+                                      least recently used evicted first; 0 compiles every
+                                      call. Default 1024. Cycling through more distinct
+                                      parameter blocks than this misses every time: size
+                                      it to the working set. (Added in 2.2; older callers'
+                                      smaller struct_size reads as the default.) */
+  ge2_log_callback_t log_callback; /* NULL (default): messages go to stderr. (Added in 2.3, as
+                                      the two members below; older callers' smaller
+                                      struct_size reads as the defaults.) */
+  void* log_user_data;             /* passed to log_callback; default NULL */
+  ge2_log_level_t log_level;       /* messages up to this level are delivered;
+                                      default GE2_LOG_DEFAULT */
 } ge2_context_options_t;
 
 /* ge2_context_options_init_sized: fill the caller's struct of struct_size bytes with defaults:
@@ -202,9 +233,9 @@ typedef struct ge2_context_options {
 GE2_API ge2_status_t ge2_context_options_init_sized(ge2_context_options_t* options,
                                                     size_t struct_size);
 /* ge2_context_options_init: fill *options with defaults. options must not be NULL. The exported
-*function of this name (the entry point
-** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
-** passes the caller's own size. */
+ *function of this name (the entry point
+ ** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
+ ** passes the caller's own size. */
 GE2_API ge2_status_t(ge2_context_options_init)(ge2_context_options_t* options);
 #define ge2_context_options_init(options) \
   ge2_context_options_init_sized((options), sizeof *(options))
@@ -325,9 +356,9 @@ typedef struct ge2_gemm_attrs {
 ** Call it through the ge2_gemm_attrs_init macro below. (Added in 2.3.) */
 GE2_API ge2_status_t ge2_gemm_attrs_init_sized(ge2_gemm_attrs_t* attrs, size_t struct_size);
 /* ge2_gemm_attrs_init: fill *attrs with defaults (no transposes, alpha 1, beta 0). The exported
-*function of this name (the entry point
-** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
-** passes the caller's own size. */
+ *function of this name (the entry point
+ ** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
+ ** passes the caller's own size. */
 GE2_API ge2_status_t(ge2_gemm_attrs_init)(ge2_gemm_attrs_t* attrs);
 #define ge2_gemm_attrs_init(attrs) ge2_gemm_attrs_init_sized((attrs), sizeof *(attrs))
 
@@ -412,9 +443,9 @@ typedef struct ge2_compile_options {
 GE2_API ge2_status_t ge2_compile_options_init_sized(ge2_compile_options_t* options,
                                                     size_t struct_size);
 /* ge2_compile_options_init: fill *options with defaults. The exported function of this name (the
-*entry point
-** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
-** passes the caller's own size. */
+ *entry point
+ ** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
+ ** passes the caller's own size. */
 GE2_API ge2_status_t(ge2_compile_options_init)(ge2_compile_options_t* options);
 #define ge2_compile_options_init(options) \
   ge2_compile_options_init_sized((options), sizeof *(options))
@@ -503,9 +534,9 @@ typedef struct ge2_gemm_params {
 ** Call it through the ge2_gemm_params_init macro below. (Added in 2.3.) */
 GE2_API ge2_status_t ge2_gemm_params_init_sized(ge2_gemm_params_t* params, size_t struct_size);
 /* ge2_gemm_params_init: fill *params with defaults (sizes zero: the caller sets them). The exported
-*function of this name (the entry point
-** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
-** passes the caller's own size. */
+ *function of this name (the entry point
+ ** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
+ ** passes the caller's own size. */
 GE2_API ge2_status_t(ge2_gemm_params_init)(ge2_gemm_params_t* params);
 #define ge2_gemm_params_init(params) ge2_gemm_params_init_sized((params), sizeof *(params))
 

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ge_v2_api.h"
 #include "support/api_helpers.hpp"
@@ -42,8 +44,10 @@ struct Guarded {
 };
 
 // The sized init of T: older, current and newer callers' sizes.
+// `legacy`: the size the exported 2.2 entry point fills (the struct as 2.2 declared it).
 template <typename T, typename Init, typename Legacy>
-void check_init(Init init_sized, Legacy legacy_init, std::size_t oldest, const char* name) {
+void check_init(Init init_sized, Legacy legacy_init, std::size_t oldest, std::size_t legacy,
+                const char* name) {
   CAPTURE(name);
   {
     Guarded<T> older;
@@ -59,11 +63,11 @@ void check_init(Init init_sized, Legacy legacy_init, std::size_t oldest, const c
     CHECK(newer.untouched_from(sizeof(T) + 24));
   }
   {
-    // The exported 2.2 entry point fills exactly the 2.2 struct (today's).
-    Guarded<T> legacy;
-    REQUIRE(legacy_init(legacy.get()) == GE2_OK);
-    CHECK(legacy.struct_size() == sizeof(T));
-    CHECK(legacy.untouched_from(sizeof(T)));
+    // The exported 2.2 entry point fills exactly the 2.2 struct.
+    Guarded<T> old_binary;
+    REQUIRE(legacy_init(old_binary.get()) == GE2_OK);
+    CHECK(old_binary.struct_size() == legacy);
+    CHECK(old_binary.untouched_from(legacy));
   }
   Guarded<T> bad;
   CHECK(init_sized(bad.get(), oldest - 1) == GE2_ERROR_INVALID_ARGUMENT);
@@ -80,14 +84,16 @@ void check_init(Init init_sized, Legacy legacy_init, std::size_t oldest, const c
 TEST_CASE("abi: *_init never writes past the caller's struct and zeroes a newer caller's fields") {
   check_init<ge2_context_options_t>(ge2_context_options_init_sized, (ge2_context_options_init),
                                     offsetof(ge2_context_options_t, tunedb_path) + sizeof(void*),
-                                    "context options (2.0)");
+                                    offsetof(ge2_context_options_t, log_callback),
+                                    "context options (2.0, 2.2)");
   check_init<ge2_compile_options_t>(ge2_compile_options_init_sized, (ge2_compile_options_init),
                                     offsetof(ge2_compile_options_t, force_kernel) + sizeof(void*),
-                                    "compile options (2.0)");
+                                    sizeof(ge2_compile_options_t), "compile options (2.0)");
   check_init<ge2_gemm_attrs_t>(ge2_gemm_attrs_init_sized, (ge2_gemm_attrs_init),
-                               sizeof(ge2_gemm_attrs_t), "gemm attrs");
+                               sizeof(ge2_gemm_attrs_t), sizeof(ge2_gemm_attrs_t), "gemm attrs");
   check_init<ge2_gemm_params_t>(ge2_gemm_params_init_sized, (ge2_gemm_params_init),
-                                sizeof(ge2_gemm_params_t), "gemm params");
+                                sizeof(ge2_gemm_params_t), sizeof(ge2_gemm_params_t),
+                                "gemm params");
 }
 
 TEST_CASE("abi: a newer caller's struct works while its unknown fields are zero, else is refused") {
@@ -136,4 +142,52 @@ TEST_CASE("abi: a newer caller's struct works while its unknown fields are zero,
         GE2_ERROR_INVALID_ARGUMENT);
   CHECK(std::string(ge2_last_error()).find("newer ge_v2_api.h") != std::string::npos);
   CHECK(plan == nullptr);
+}
+
+TEST_CASE("log callback: AUTO on the CPU says so through the context's callback, at its level") {
+  std::vector<std::pair<ge2_log_level_t, std::string>> received;
+  ge2_context_options_t options;
+  REQUIRE(ge2_context_options_init(&options) == GE2_OK);
+  CHECK((options.log_callback == nullptr));
+  CHECK(options.log_level == GE2_LOG_DEFAULT);
+  options.device = GE2_DEVICE_AUTO;
+  options.tunedb_path = "";
+  options.log_user_data = &received;
+  options.log_callback = [](void* user, ge2_log_level_t level, const char* message) {
+    static_cast<std::vector<std::pair<ge2_log_level_t, std::string>>*>(user)->emplace_back(level,
+                                                                                           message);
+  };
+  options.log_level = GE2_LOG_WARNING;
+  ge2_context_t* context = nullptr;
+  REQUIRE(ge2_context_create(GE2_API_VERSION, &options, &context) == GE2_OK);
+  ge2_device_kind_t kind = GE2_DEVICE_AUTO;
+  REQUIRE(ge2_context_get_device_kind(context, &kind) == GE2_OK);
+  ge2_context_destroy(context);
+  if (kind == GE2_DEVICE_CPU) {
+    REQUIRE(received.size() == 1);
+    CHECK(received[0].first == GE2_LOG_WARNING);
+    CHECK(received[0].second.find("device AUTO") != std::string::npos);
+    CHECK(received[0].second.find("CPU reference backend") != std::string::npos);
+  } else {
+    CHECK(received.empty());  // AUTO found a device: nothing to report
+  }
+  received.clear();
+  options.log_level = GE2_LOG_ERROR;  // the fallback is a warning: filtered out
+  REQUIRE(ge2_context_create(GE2_API_VERSION, &options, &context) == GE2_OK);
+  ge2_context_destroy(context);
+  CHECK(received.empty());
+
+  // A 2.2 caller's struct (filled by the 2.2 entry point) has no log members: defaults.
+  ge2_context_options_t old_caller;
+  REQUIRE((ge2_context_options_init)(&old_caller) == GE2_OK);
+  CHECK(old_caller.struct_size == offsetof(ge2_context_options_t, log_callback));
+  old_caller.device = GE2_DEVICE_CPU;
+  REQUIRE(ge2_context_create(GE2_API_VERSION, &old_caller, &context) == GE2_OK);
+  ge2_context_destroy(context);
+
+  options.log_level = static_cast<ge2_log_level_t>(9);
+  context = nullptr;
+  CHECK(ge2_context_create(GE2_API_VERSION, &options, &context) == GE2_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(ge2_last_error()).find("'options->log_level' = 9") != std::string::npos);
+  CHECK(context == nullptr);
 }

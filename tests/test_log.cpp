@@ -1,4 +1,5 @@
-// $GE2_LOG_LEVEL filters ge2's stderr diagnostics.
+// A context's Logger: the caller's callback or stderr, filtered by the
+// context's level or $GE2_LOG_LEVEL.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -6,6 +7,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/log.hpp"
 
@@ -36,9 +40,10 @@ std::string captured_stderr(Body&& body) {
 
 TEST_CASE("log: GE2_LOG_LEVEL keeps messages at or above the level, warning by default") {
   auto both = [] {
-    ge2::log(ge2::LogLevel::Error, "an error {}", 1);
-    ge2::log(ge2::LogLevel::Warning, "a warning {}", 2);
-    ge2::log(ge2::LogLevel::Info, "some info {}", 3);
+    const ge2::Logger log;  // no callback: stderr, filtered by $GE2_LOG_LEVEL
+    log(ge2::LogLevel::Error, "an error {}", 1);
+    log(ge2::LogLevel::Warning, "a warning {}", 2);
+    log(ge2::LogLevel::Info, "some info {}", 3);
   };
   unsetenv("GE2_LOG_LEVEL");
   CHECK(captured_stderr(both) == "ge2: error: an error 1\nge2: warning: a warning 2\n");
@@ -49,5 +54,33 @@ TEST_CASE("log: GE2_LOG_LEVEL keeps messages at or above the level, warning by d
   setenv("GE2_LOG_LEVEL", "info", 1);
   CHECK(captured_stderr(both) ==
         "ge2: error: an error 1\nge2: warning: a warning 2\nge2: info: some info 3\n");
+  unsetenv("GE2_LOG_LEVEL");
+}
+
+TEST_CASE("log: a callback receives the messages up to its level, with their C levels") {
+  struct Received {
+    std::vector<std::pair<ge2_log_level_t, std::string>> messages;
+  } received;
+  const ge2_log_callback_t collect = [](void* user, ge2_log_level_t level, const char* message) {
+    static_cast<Received*>(user)->messages.emplace_back(level, message);
+  };
+  auto emit = [](const ge2::Logger& log) {
+    log(ge2::LogLevel::Error, "an error {}", 1);
+    log(ge2::LogLevel::Warning, "a warning {}", 2);
+    log(ge2::LogLevel::Info, "some info {}", 3);
+  };
+  setenv("GE2_LOG_LEVEL", "info", 1);
+  // An explicit level wins over the variable; nothing reaches stderr.
+  CHECK(captured_stderr([&] { emit(ge2::Logger(collect, &received, GE2_LOG_WARNING)); }).empty());
+  REQUIRE(received.messages.size() == 2);
+  CHECK(received.messages[0] == std::pair(GE2_LOG_ERROR, std::string("an error 1")));
+  CHECK(received.messages[1] == std::pair(GE2_LOG_WARNING, std::string("a warning 2")));
+  received.messages.clear();
+  emit(ge2::Logger(collect, &received, GE2_LOG_DEFAULT));  // the variable: info
+  CHECK(received.messages.size() == 3);
+  CHECK(received.messages.back().first == GE2_LOG_INFO);
+  received.messages.clear();
+  emit(ge2::Logger(collect, &received, GE2_LOG_OFF));
+  CHECK(received.messages.empty());
   unsetenv("GE2_LOG_LEVEL");
 }

@@ -8,7 +8,8 @@
 
 namespace ge2 {
 
-TuneDbAccess::TuneDbAccess(const std::string& path, bool tuning) : path_(path) {
+TuneDbAccess::TuneDbAccess(const std::string& path, bool tuning, const Logger& logger)
+    : path_(path), logger_(logger) {
   if (path.empty()) return;
   std::error_code error;
   const bool exists = std::filesystem::exists(path, error);
@@ -43,8 +44,8 @@ void TuneDbAccess::degrade(const std::string& message) {
   db_.reset();
   if (!warned_) {
     warned_ = true;
-    log(LogLevel::Warning, "tuning database not used, falling back to cuBLASLt's heuristic: {}",
-        message);
+    logger_(LogLevel::Warning, "tuning database not used, falling back to cuBLASLt's heuristic: {}",
+            message);
   }
 }
 

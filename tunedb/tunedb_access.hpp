@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/log.hpp"
+
 #include "tunedb/tunedb.hpp"
 
 namespace ge2 {
@@ -22,7 +24,8 @@ class TuneDbAccess {
   // `path` empty: no database. `tuning`: the context tunes and stores results;
   // throws GE2_ERROR_TUNEDB when the file cannot be created or is not a ge2
   // database (an existing ge2 database that is not writable is read only).
-  TuneDbAccess(const std::string& path, bool tuning);
+  // `logger` reports the degradation to "no database" (once).
+  TuneDbAccess(const std::string& path, bool tuning, const Logger& logger = Logger());
 
   bool open() const { return db_ != nullptr; }
   bool writable() const { return db_ && db_->writable(); }
@@ -42,6 +45,7 @@ class TuneDbAccess {
   void degrade(const std::string& message);
 
   std::string path_;
+  Logger logger_;
   std::unique_ptr<TuneDb> db_;
   std::string note_;
   int errors_ = 0;

@@ -5,6 +5,7 @@
 
 #include "api/api_guard.hpp"
 #include "api/api_objects.hpp"
+#include "core/log.hpp"
 #include "core/raw_enum.hpp"
 #include "tunedb/tunedb_path.hpp"
 
@@ -17,11 +18,13 @@ constexpr std::uint32_t kDefaultOneShotCacheSize = 1024;
 // 2.0 and 2.1 callers' struct ends after tunedb_path; one_shot_cache_size came in 2.2.
 constexpr std::size_t kOptionsSize21 =
     offsetof(ge2_context_options_t, tunedb_path) + sizeof(const char*);
-// The struct as 2.2 and 2.3 declare it. A field added later makes sizeof larger
-// than this; ge2_context_options_init, the 2.2 entry point, keeps filling this many bytes.
+// The struct as 2.2 declared it: ge2_context_options_init, the 2.2 entry point,
+// keeps filling this many bytes.
 constexpr std::size_t kOptionsSize22 = 32;
-static_assert(sizeof(ge2_context_options_t) == kOptionsSize22 &&
-                  offsetof(ge2_context_options_t, one_shot_cache_size) == 24,
+static_assert(offsetof(ge2_context_options_t, one_shot_cache_size) == 24 &&
+                  offsetof(ge2_context_options_t, log_callback) == kOptionsSize22 &&
+                  offsetof(ge2_context_options_t, log_level) == 48 &&
+                  sizeof(ge2_context_options_t) == 56,
               "ge2_context_options_t's layout is part of the ABI: append fields, and keep "
               "kOptionsSize22 for the 2.2 entry point");
 
@@ -33,6 +36,9 @@ ge2_context_options_t default_options() {
   options.tune_mode = GE2_TUNE_CACHED;
   options.tunedb_path = nullptr;
   options.one_shot_cache_size = kDefaultOneShotCacheSize;
+  options.log_callback = nullptr;
+  options.log_user_data = nullptr;
+  options.log_level = GE2_LOG_DEFAULT;
   return options;
 }
 
@@ -76,12 +82,24 @@ ge2_status_t ge2_context_create(int api_version, const ge2_context_options_t* op
             "{}: argument 'options->tune_mode' = {} is not a ge2_tune_mode_t", f, tune_mode);
     require(options->device_ordinal >= 0, GE2_ERROR_INVALID_ARGUMENT,
             "{}: argument 'options->device_ordinal' = {} is negative", f, options->device_ordinal);
+    Logger logger;
+    if (has_member(*options, offsetof(ge2_context_options_t, log_level) + sizeof(int))) {
+      const int level = raw_enum(options->log_level);
+      require(level >= GE2_LOG_DEFAULT && level <= GE2_LOG_INFO, GE2_ERROR_INVALID_ARGUMENT,
+              "{}: argument 'options->log_level' = {} is not a ge2_log_level_t", f, level);
+      logger = Logger(options->log_callback, options->log_user_data, options->log_level);
+    }
 
     const bool want_cuda = options->device == GE2_DEVICE_CUDA ||
                            (options->device == GE2_DEVICE_AUTO && cuda_backend_available());
+    if (options->device == GE2_DEVICE_AUTO && !want_cuda)
+      logger(LogLevel::Warning,
+             "device AUTO: {}; the context runs on the CPU reference backend (pass "
+             "GE2_DEVICE_CUDA to make this an error)",
+             cuda_backend_built() ? "no CUDA device answers" : "this ge2 was built without CUDA");
     std::shared_ptr<Backend> backend =
         want_cuda ? make_cuda_backend(options->device_ordinal, options->tune_mode,
-                                      resolve_tunedb_path(options->tunedb_path))
+                                      resolve_tunedb_path(options->tunedb_path), logger)
                   : make_cpu_backend();
     *out = std::make_unique<ge2_context_s>(std::move(backend), one_shot_cache_size).release();
   });

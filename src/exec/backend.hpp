@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/log.hpp"
 #include "exec/step.hpp"
 #include "ir/kernel_problems.hpp"
 #include "select/device_info.hpp"
@@ -74,8 +75,10 @@ class Backend {
 
 std::unique_ptr<Backend> make_cpu_backend();
 // Throws GE2_ERROR_NO_DEVICE when no usable device exists.
+// `logger`: the context's diagnostics (tuning database, stale rows).
 std::unique_ptr<Backend> make_cuda_backend(int device_ordinal, ge2_tune_mode_t tune_mode,
-                                           const std::string& tunedb_path);
+                                           const std::string& tunedb_path, const Logger& logger);
 bool cuda_backend_available();  // built with CUDA and a device answers
+bool cuda_backend_built();      // built with CUDA (GE2_WITH_CUDA)
 
 }  // namespace ge2

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import warnings
 
 from . import _capi, _checks
@@ -82,12 +83,28 @@ def _desc(dtype: int, shape, strides, function: str) -> _capi.TensorDesc:
     return desc
 
 
+def _forward_log(_user_data, level, message):
+    """The library's diagnostics: warnings and errors as RuntimeWarning, information to
+    logging.getLogger('ge2')."""
+    text = message.decode(errors="replace")
+    if level <= _capi.LOG_LEVELS["warning"]:
+        warnings.warn(f"ge2: {text}", RuntimeWarning, stacklevel=3)
+    else:
+        logging.getLogger("ge2").info(text)
+
+
+_LOG_CALLBACK = _capi.LOG_CALLBACK(_forward_log)  # lives as long as the module
+
+
 class Context:
     """A device, its cuBLASLt handle and tuning cache. device: 'auto', 'cuda' or 'cpu';
-    tune: 'off', 'cached' or 'tune'; one_shot_cache_size: plans gemm_bias_act keeps (LRU)."""
+    tune: 'off', 'cached' or 'tune'; one_shot_cache_size: plans gemm_bias_act keeps (LRU);
+    log_level: 'default' ($GE2_LOG_LEVEL, else 'warning'), 'off', 'error', 'warning' or 'info'.
+    The library's warnings (a tuning database it cannot use, device='auto' running on the CPU)
+    arrive as RuntimeWarning, its information on logging.getLogger('ge2')."""
 
     def __init__(self, device: str = "auto", tune: str = "cached", tunedb: str | None = None, ordinal: int = 0,
-                 one_shot_cache_size: int | None = None):
+                 one_shot_cache_size: int | None = None, log_level: str = "default"):
         f = "ge2.Context"
         options = _capi.ContextOptions()
         _check(_lib.ge2_context_options_init_sized(ctypes.byref(options), ctypes.sizeof(options)))
@@ -99,14 +116,11 @@ class Context:
                                                           (1 << 32) - 1)
         self._tunedb = _checks.path(tunedb, "tunedb", f) if tunedb is not None else None
         options.tunedb_path = self._tunedb
+        options.log_level = _checks.choice(log_level, _capi.LOG_LEVELS, "log_level", f)
+        options.log_callback = _LOG_CALLBACK
         handle = ctypes.c_void_p()
         _check(_lib.ge2_context_create(_capi.API_VERSION, ctypes.byref(options), ctypes.byref(handle)))
         self._handle = handle
-        if device == "auto" and self.device == "cpu":
-            # Said once per call site (Python's default warning filter), never silently.
-            warnings.warn("ge2.Context(device='auto') found no usable CUDA device and runs on the CPU "
-                          "reference backend; pass device='cpu' to choose it explicitly",
-                          RuntimeWarning, stacklevel=2)
 
     @property
     def handle(self):

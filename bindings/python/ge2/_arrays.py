@@ -1,5 +1,9 @@
-"""Adapters from NumPy, CuPy and PyTorch arrays to (pointer, dtype, shape, element strides, device)."""
+"""Adapters from NumPy, CuPy and PyTorch arrays, and from any array that offers DLPack
+(`__dlpack__` and `__dlpack_device__`: JAX, TensorFlow, ...), to (pointer, dtype, shape, element
+strides, device)."""
 from __future__ import annotations
+
+import ctypes
 
 from . import _capi
 from ._checks import invalid
@@ -13,11 +17,14 @@ class ArrayView:
     "torch") and, for device arrays, the library's current stream. A slotted class:
     execute() builds one per array per call, so construction cost matters."""
 
-    __slots__ = ("pointer", "dtype", "shape", "strides", "on_device", "library", "stream", "readonly")
+    __slots__ = ("pointer", "dtype", "shape", "strides", "on_device", "library", "stream", "readonly",
+                 "keepalive")
 
-    def __init__(self, pointer, dtype, shape, strides, on_device, library, stream=None, readonly=False):
+    def __init__(self, pointer, dtype, shape, strides, on_device, library, stream=None, readonly=False,
+                 keepalive=None):
         self.pointer, self.dtype, self.shape, self.strides = pointer, dtype, shape, strides
         self.on_device, self.library, self.stream, self.readonly = on_device, library, stream, readonly
+        self.keepalive = keepalive  # a DLPack capsule: its deleter runs when the view goes
 
     def __repr__(self):
         return (f"ArrayView(pointer={self.pointer:#x}, dtype={self.dtype}, shape={self.shape}, "
@@ -94,6 +101,57 @@ def _checked(v: ArrayView, argument: str, function: str) -> ArrayView:
     return v
 
 
+# DLPack's C structs (dlpack.h, the unversioned DLManagedTensor that `__dlpack__()` returns
+# without max_version, "dltensor" capsules).
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
+_DL_DTYPES = {(2, 16): _capi.DTYPE_F16, (2, 32): _capi.DTYPE_F32, (4, 16): _capi.DTYPE_BF16}  # kDLFloat, kDLBfloat
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+
+
+def _dlpack_view(array, argument, function) -> ArrayView:
+    device_type, _ = array.__dlpack_device__()
+    if device_type not in (_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED):
+        raise invalid(function, f"argument '{argument}' is a DLPack array on device type {device_type}; "
+                                f"ge2 takes CPU and CUDA memory")
+    # The producer's stream is left to the caller: DLPack's stream=None means "the producer's
+    # legacy default stream", and ge2 runs on the stream the call names.
+    capsule = array.__dlpack__()
+    tensor = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+    dtype = _DL_DTYPES.get((tensor.dtype.code, tensor.dtype.bits)) if tensor.dtype.lanes == 1 else None
+    if dtype is None:
+        raise TypeError(f"{function}: argument '{argument}': DLPack dtype (code {tensor.dtype.code}, "
+                        f"{tensor.dtype.bits} bits, {tensor.dtype.lanes} lanes) is not float16, bfloat16 "
+                        f"or float32")
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    if tensor.strides:
+        strides = tuple(tensor.strides[i] for i in range(tensor.ndim))
+    else:  # NULL: compact row-major
+        out, step = [], 1
+        for extent in reversed(shape):
+            out.append(step)
+            step *= extent
+        strides = tuple(reversed(out))
+    pointer = (tensor.data or 0) + tensor.byte_offset
+    on_device = device_type in (_DL_CUDA, _DL_CUDA_MANAGED)
+    return _checked(ArrayView(pointer, dtype, shape, strides, on_device, "dlpack", None, False, capsule),
+                    argument, function)
+
+
 def view(array, argument: str = "array", function: str = "ge2", want_stream: bool = True) -> ArrayView:
     """`want_stream`: also look up the array library's current stream (costs a call)."""
     module = type(array).__module__.split(".")[0]
@@ -124,11 +182,24 @@ def view(array, argument: str = "array", function: str = "ge2", want_stream: boo
         return _checked(ArrayView(pointer, dtype, tuple(iface["shape"]),
                                   _element_strides(iface, dtype, argument, function), False, "numpy",
                                   None, bool(readonly)), argument, function)
+    if hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__"):
+        return _dlpack_view(array, argument, function)
     raise TypeError(f"{function}: argument '{argument}' is a {type(array).__module__}.{type(array).__name__}; "
-                    f"use a NumPy, CuPy or PyTorch array")
+                    f"use a NumPy, CuPy or PyTorch array, or one that offers DLPack (__dlpack__)")
 
 
 def empty_like_library(library: str, shape: tuple, dtype: int, like):
+    """A new output for an input of `library`; a DLPack input's is made by NumPy (host memory)
+    or by CuPy / PyTorch (device memory)."""
+    if library == "dlpack":
+        if like.__dlpack_device__()[0] in (_DL_CUDA, _DL_CUDA_MANAGED):
+            try:
+                import cupy  # noqa: F401
+                library = "cupy"
+            except ImportError:
+                library = "torch"
+        else:
+            library = "numpy"
     if library == "torch":
         import torch
         dt = {_capi.DTYPE_F16: torch.float16, _capi.DTYPE_BF16: torch.bfloat16, _capi.DTYPE_F32: torch.float32}[dtype]
@@ -137,4 +208,7 @@ def empty_like_library(library: str, shape: tuple, dtype: int, like):
         import cupy
         return cupy.empty(shape, dtype={_capi.DTYPE_F16: "float16", _capi.DTYPE_F32: "float32"}[dtype])
     import numpy as np
+    if dtype == _capi.DTYPE_BF16:
+        raise TypeError("ge2: NumPy has no bfloat16 to hold the result; pass out= (a PyTorch tensor or "
+                        "another DLPack array)")
     return np.empty(shape, dtype={_capi.DTYPE_F16: np.float16, _capi.DTYPE_F32: np.float32}[dtype])

@@ -27,10 +27,16 @@ class TensorDesc(ctypes.Structure):
                 ("shape", ctypes.c_int64 * 3), ("strides", ctypes.c_int64 * 3)]
 
 
+# void (*)(void* user_data, ge2_log_level_t level, const char* message)
+LOG_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+LOG_LEVELS = {"default": 0, "off": 1, "error": 2, "warning": 3, "info": 4}
+
+
 class ContextOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("device", ctypes.c_int), ("device_ordinal", ctypes.c_int),
                 ("tune_mode", ctypes.c_int), ("tunedb_path", ctypes.c_char_p),
-                ("one_shot_cache_size", ctypes.c_uint32)]
+                ("one_shot_cache_size", ctypes.c_uint32),
+                ("log_callback", LOG_CALLBACK), ("log_user_data", ctypes.c_void_p), ("log_level", ctypes.c_int)]
 
 
 class GemmAttrs(ctypes.Structure):

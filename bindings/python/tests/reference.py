@@ -13,7 +13,8 @@ def gelu_tanh(x):
 
 
 def reference(a, b, bias, act, trans_a=False, trans_b=False, alpha=1.0):
-    """act(alpha * op(a) @ op(b) + bias) in float64; act None, 'relu', 'gelu' (erf) or 'gelu_tanh'."""
+    """act(alpha * op(a) @ op(b) + bias) in float64; act None, 'relu', 'gelu' (erf), 'gelu_tanh' or
+    'silu' (another name raises: an oracle must not pass an activation through unapplied)."""
     a64 = a.astype(np.float64)
     b64 = b.astype(np.float64)
     if trans_a:
@@ -29,6 +30,10 @@ def reference(a, b, bias, act, trans_a=False, trans_b=False, alpha=1.0):
         d = gelu_erf(d)
     elif act == "gelu_tanh":
         d = gelu_tanh(d)
+    elif act == "silu":
+        d = d / (1.0 + np.exp(-d))
+    elif act not in (None, "none"):
+        raise ValueError(f"reference: unknown activation {act!r}")
     return d
 
 

@@ -22,12 +22,14 @@ std::string utc_now() {
 }  // namespace
 
 AlgoChooser::AlgoChooser(cublasLtHandle_t handle, const DeviceInfo& device, ge2_tune_mode_t mode,
-                         const std::string& tunedb_path, std::size_t workspace_bytes)
+                         const std::string& tunedb_path, std::size_t workspace_bytes,
+                         const Logger& logger)
     : handle_(handle),
       device_(device),
       mode_(mode),
       workspace_bytes_(workspace_bytes),
-      db_(mode == GE2_TUNE_OFF ? std::string() : tunedb_path, mode == GE2_TUNE_TUNE) {}
+      logger_(logger),
+      db_(mode == GE2_TUNE_OFF ? std::string() : tunedb_path, mode == GE2_TUNE_TUNE, logger) {}
 
 AlgoChooser::~AlgoChooser() = default;
 
@@ -54,8 +56,8 @@ std::optional<AlgoChoice> AlgoChooser::from_record(const LtMatmul& matmul, const
     // Malformed JSON in a row: treated like a stale row below.
   }
   ++stale_rows_;
-  log(LogLevel::Warning, "ignoring tunedb row for {}: cuBLASLt rejects its algorithm",
-      record.key.to_string());
+  logger_(LogLevel::Warning, "ignoring tunedb row for {}: cuBLASLt rejects its algorithm",
+          record.key.to_string());
   return std::nullopt;
 }
 
@@ -145,8 +147,9 @@ std::optional<double> AlgoChooser::measured(KernelId kernel, const GemmProblem& 
       time = row->time_us;
     } else {
       ++stale_rows_;
-      log(LogLevel::Warning, "ignoring tunedb row for {}: its configuration {} is not this build's",
-          text, row->algo.dump());
+      logger_(LogLevel::Warning,
+              "ignoring tunedb row for {}: its configuration {} is not this build's", text,
+              row->algo.dump());
     }
   }
   if (!time && mode_ == GE2_TUNE_TUNE) time = measure_now(kernel, problem, key);

@@ -45,7 +45,7 @@ class FamilyTimer {
 class AlgoChooser {
  public:
   AlgoChooser(cublasLtHandle_t handle, const DeviceInfo& device, ge2_tune_mode_t mode,
-              const std::string& tunedb_path, std::size_t workspace_bytes);
+              const std::string& tunedb_path, std::size_t workspace_bytes, const Logger& logger);
   ~AlgoChooser();
 
   // Times the CUTLASS rows in tuning mode and validates their stored rows.
@@ -75,6 +75,7 @@ class AlgoChooser {
   mutable std::recursive_mutex mutex_;
   std::unordered_map<std::string, AlgoChoice> choices_;
   std::unordered_map<std::string, std::optional<double>> measured_;
+  Logger logger_;
   TuneDbAccess db_;
   std::unique_ptr<FamilyTimer> cutlass_timer_;
   int stale_rows_ = 0, tuned_ = 0;

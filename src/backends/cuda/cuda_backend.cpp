@@ -50,7 +50,8 @@ class CudaPlanState final : public PlanDeviceState {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int ordinal, ge2_tune_mode_t tune_mode, const std::string& tunedb_path)
+  CudaBackend(int ordinal, ge2_tune_mode_t tune_mode, const std::string& tunedb_path,
+              const Logger& logger)
       : ordinal_(ordinal), workspaces_(kWorkspaceBytes) {
     GE2_CUDA_CHECK(cudaSetDevice(ordinal));
     cudaDeviceProp props{};
@@ -68,12 +69,12 @@ class CudaBackend final : public Backend {
     device_.memory_bandwidth_gbs =
         memory_clock_khz > 0 ? 2.0 * memory_clock_khz * 1e3 * (bus_width / 8.0) / 1e9 : 3000.0;
     lt_ = make_lt_handle();
-    chooser_ =
-        std::make_unique<AlgoChooser>(lt_.get(), device_, tune_mode, tunedb_path, kWorkspaceBytes);
+    chooser_ = std::make_unique<AlgoChooser>(lt_.get(), device_, tune_mode, tunedb_path,
+                                             kWorkspaceBytes, logger);
 #ifdef GE2_WITH_CUTLASS
     if (cutlass_usable())
-      chooser_->set_cutlass_timer(
-          make_cutlass_timer(ordinal, device_.sm_count, props.l2CacheSize, kWorkspaceBytes));
+      chooser_->set_cutlass_timer(make_cutlass_timer(ordinal, device_.sm_count, props.l2CacheSize,
+                                                     kWorkspaceBytes, logger));
 #endif
   }
 
@@ -270,6 +271,8 @@ class CudaBackend final : public Backend {
 }  // namespace
 }  // namespace cuda
 
+bool cuda_backend_built() { return true; }
+
 bool cuda_backend_available() {
   int count = 0;
   // Without a driver or device this fails ("driver version is insufficient", ...): no device.
@@ -281,7 +284,7 @@ bool cuda_backend_available() {
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int device_ordinal, ge2_tune_mode_t tune_mode,
-                                           const std::string& tunedb_path) {
+                                           const std::string& tunedb_path, const Logger& logger) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
@@ -295,7 +298,7 @@ std::unique_ptr<Backend> make_cuda_backend(int device_ordinal, ge2_tune_mode_t t
           "ge2_context_create: argument 'options->device_ordinal' = {} but only {} CUDA device(s) "
           "exist",
           device_ordinal, count);
-  return std::make_unique<cuda::CudaBackend>(device_ordinal, tune_mode, tunedb_path);
+  return std::make_unique<cuda::CudaBackend>(device_ordinal, tune_mode, tunedb_path, logger);
 }
 
 }  // namespace ge2

@@ -164,8 +164,13 @@ class CutlassGemmStep final : public Step {
 // each against cuda_f32 on the same operands.
 class CutlassTimer final : public FamilyTimer {
  public:
-  CutlassTimer(int device, int sm_count, int l2_bytes, std::size_t workspace_bytes)
-      : device_(device), sm_count_(sm_count), l2_bytes_(l2_bytes), workspace_(workspace_bytes) {}
+  CutlassTimer(int device, int sm_count, int l2_bytes, std::size_t workspace_bytes,
+               const Logger& logger)
+      : device_(device),
+        sm_count_(sm_count),
+        l2_bytes_(l2_bytes),
+        workspace_(workspace_bytes),
+        logger_(logger) {}
 
   std::optional<TimedKernel> time(KernelId kernel, const GemmProblem& original) override {
     const GemmProblem problem = fold_batch_into_m(original);
@@ -196,7 +201,8 @@ class CutlassTimer final : public FamilyTimer {
     const double bound = problem.dtype == DType::F16 ? 5e-3 : 2e-2;
     const double difference = rig.difference_from_reference();
     if (!(difference <= bound)) {
-      log(LogLevel::Warning,
+      logger_(
+          LogLevel::Warning,
           "tuning: {} disagrees with cuda_f32 on GEMM {} (relative difference {:.3g}); not timed",
           kernel_name(kernel), problem.shape_string(), difference);
       return std::nullopt;
@@ -213,13 +219,14 @@ class CutlassTimer final : public FamilyTimer {
  private:
   int device_, sm_count_, l2_bytes_;
   std::size_t workspace_;
+  Logger logger_;
 };
 
 }  // namespace
 
 std::unique_ptr<FamilyTimer> make_cutlass_timer(int device, int sm_count, int l2_bytes,
-                                                std::size_t workspace_bytes) {
-  return std::make_unique<CutlassTimer>(device, sm_count, l2_bytes, workspace_bytes);
+                                                std::size_t workspace_bytes, const Logger& logger) {
+  return std::make_unique<CutlassTimer>(device, sm_count, l2_bytes, workspace_bytes, logger);
 }
 
 std::unique_ptr<Step> make_cutlass_gemm_step(const GemmProblem& problem, KernelId kernel,

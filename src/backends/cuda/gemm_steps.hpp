@@ -30,7 +30,7 @@ std::unique_ptr<Step> make_cutlass_gemm_step(const GemmProblem& problem, KernelI
                                              std::unique_ptr<Step> unaligned_fallback);
 // Times the CUTLASS rows for the tuning mode (CUTLASS builds only).
 std::unique_ptr<FamilyTimer> make_cutlass_timer(int device, int sm_count, int l2_bytes,
-                                                std::size_t workspace_bytes);
+                                                std::size_t workspace_bytes, const Logger& logger);
 // cuda_f32: any dtype, layout and epilogue.
 std::unique_ptr<Step> make_fallback_gemm_step(const GemmProblem& problem, const GemmSlots& slots);
 std::unique_ptr<Step> make_elementwise_step(const ElementwiseProblem& problem,
