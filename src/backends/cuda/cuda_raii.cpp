@@ -61,6 +61,12 @@ Event make_event() {
   return Event(event);
 }
 
+Event make_timing_event() {
+  cudaEvent_t event = nullptr;
+  GE2_CUDA_CHECK(cudaEventCreate(&event));
+  return Event(event);
+}
+
 Stream make_nonblocking_stream() {
   cudaStream_t stream = nullptr;
   GE2_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

@@ -71,7 +71,8 @@ MatmulDesc make_matmul_desc(cublasComputeType_t compute, cudaDataType_t scale);
 MatrixLayout make_layout(cudaDataType_t type, std::uint64_t rows, std::uint64_t cols,
                          std::int64_t ld);
 MatmulPreference make_preference();
-Event make_event();
+Event make_event();         // for ordering only (timing disabled)
+Event make_timing_event();  // for cudaEventElapsedTime
 Stream make_nonblocking_stream();
 
 }  // namespace ge2::cuda

@@ -25,24 +25,13 @@ std::int64_t span_elements(const MatrixView& v, std::int64_t batch) {
          1;
 }
 
-Stream new_stream() {
-  cudaStream_t s = nullptr;
-  GE2_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  return Stream(s);
-}
-Event new_event() {
-  cudaEvent_t e = nullptr;
-  GE2_CUDA_CHECK(cudaEventCreate(&e));
-  return Event(e);
-}
-
 }  // namespace
 
 TimingRig::TimingRig(const GemmProblem& p, int l2_bytes, std::size_t workspace_bytes)
     : problem_(p),
-      stream_(new_stream()),
-      start_(new_event()),
-      stop_(new_event()),
+      stream_(make_nonblocking_stream()),
+      start_(make_timing_event()),
+      stop_(make_timing_event()),
       workspace_(workspace_bytes),
       workspace_bytes_(workspace_bytes) {
   const std::size_t element = dtype_size(p.dtype);
