@@ -27,9 +27,9 @@
 **     header. Always fill them with the matching *_init function first: it is
 **     a macro that passes the struct's size as the caller's header declares it
 **     to the *_init_sized function, so the library never writes past the end
-**     of an older caller's struct, and zeroes the fields of a newer caller's
-**     that it does not know. A struct whose unknown fields are not zero is
-**     refused (the caller sets an option this library does not have).
+**     of an older caller's struct. A struct larger than the library's (the
+**     caller's header is newer than the library) is refused: run a caller with
+**     a library at least as new as the header it was built against.
 **
 ** Enumerations end in a *_MAX_ENUM member that is not a valid value: it
 ** keeps every enum 32 bits wide in C and C++ alike, so that an out-of-range
@@ -226,9 +226,9 @@ typedef struct ge2_context_options {
 } ge2_context_options_t;
 
 /* ge2_context_options_init_sized: fill the caller's struct of struct_size bytes with defaults:
-** the fields this library knows get their defaults, any bytes beyond them (a
-** newer header's fields) are zeroed, and struct_size is stored. struct_size
-** below the 2.0 struct's size, or above 65536, is GE2_ERROR_INVALID_ARGUMENT.
+** every field gets its default and struct_size is stored. struct_size below
+** the 2.0 struct's size, or above this library's (a newer header), is
+** GE2_ERROR_INVALID_ARGUMENT.
 ** Call it through the ge2_context_options_init macro below. (Added in 2.3.) */
 GE2_API ge2_status_t ge2_context_options_init_sized(ge2_context_options_t* options,
                                                     size_t struct_size);
@@ -350,9 +350,9 @@ typedef struct ge2_gemm_attrs {
 } ge2_gemm_attrs_t;
 
 /* ge2_gemm_attrs_init_sized: fill the caller's struct of struct_size bytes with defaults:
-** the fields this library knows get their defaults, any bytes beyond them (a
-** newer header's fields) are zeroed, and struct_size is stored. struct_size
-** below the 2.0 struct's size, or above 65536, is GE2_ERROR_INVALID_ARGUMENT.
+** every field gets its default and struct_size is stored. struct_size below
+** the 2.0 struct's size, or above this library's (a newer header), is
+** GE2_ERROR_INVALID_ARGUMENT.
 ** Call it through the ge2_gemm_attrs_init macro below. (Added in 2.3.) */
 GE2_API ge2_status_t ge2_gemm_attrs_init_sized(ge2_gemm_attrs_t* attrs, size_t struct_size);
 /* ge2_gemm_attrs_init: fill *attrs with defaults (no transposes, alpha 1, beta 0). The exported
@@ -436,9 +436,9 @@ typedef struct ge2_compile_options {
 } ge2_compile_options_t;
 
 /* ge2_compile_options_init_sized: fill the caller's struct of struct_size bytes with defaults:
-** the fields this library knows get their defaults, any bytes beyond them (a
-** newer header's fields) are zeroed, and struct_size is stored. struct_size
-** below the 2.0 struct's size, or above 65536, is GE2_ERROR_INVALID_ARGUMENT.
+** every field gets its default and struct_size is stored. struct_size below
+** the 2.0 struct's size, or above this library's (a newer header), is
+** GE2_ERROR_INVALID_ARGUMENT.
 ** Call it through the ge2_compile_options_init macro below. (Added in 2.3.) */
 GE2_API ge2_status_t ge2_compile_options_init_sized(ge2_compile_options_t* options,
                                                     size_t struct_size);
@@ -528,9 +528,9 @@ typedef struct ge2_gemm_params {
 } ge2_gemm_params_t;
 
 /* ge2_gemm_params_init_sized: fill the caller's struct of struct_size bytes with defaults:
-** the fields this library knows get their defaults, any bytes beyond them (a
-** newer header's fields) are zeroed, and struct_size is stored. struct_size
-** below the 2.0 struct's size, or above 65536, is GE2_ERROR_INVALID_ARGUMENT.
+** every field gets its default and struct_size is stored. struct_size below
+** the 2.0 struct's size, or above this library's (a newer header), is
+** GE2_ERROR_INVALID_ARGUMENT.
 ** Call it through the ge2_gemm_params_init macro below. (Added in 2.3.) */
 GE2_API ge2_status_t ge2_gemm_params_init_sized(ge2_gemm_params_t* params, size_t struct_size);
 /* ge2_gemm_params_init: fill *params with defaults (sizes zero: the caller sets them). The exported

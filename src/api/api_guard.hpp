@@ -16,9 +16,6 @@
 
 namespace ge2 {
 
-// Larger is taken for garbage, not for a struct of a future version.
-inline constexpr std::size_t kMaxStructSize = 65536;
-
 template <typename Body>
 ge2_status_t guarded(const char* function, Body&& body) noexcept {
   try {
@@ -48,38 +45,38 @@ void require_not_null(const T* pointer, const char* function, const char* argume
 }
 
 // Option structs: the caller's struct_size must cover at least the oldest
-// version's fields; a newer caller's fields beyond this library's must be zero
-// (the caller's *_init_sized zeroed them; a value there is an option this
-// library does not have).
+// version's fields and at most this library's. A larger struct comes from a
+// newer header; its size cannot be checked against the memory behind it, so
+// nothing beyond this library's struct is ever read: it is refused.
 template <typename T>
 void require_struct_size(const T& options, const char* function, const char* argument,
                          std::size_t oldest_size = sizeof(T)) {
-  require(options.struct_size >= oldest_size && options.struct_size <= kMaxStructSize,
-          GE2_ERROR_INVALID_ARGUMENT,
-          "{}: argument '{}': struct_size = {} is not between {} and {}; fill it with the "
-          "matching *_init function",
-          function, argument, options.struct_size, oldest_size, kMaxStructSize);
-  const auto* bytes = reinterpret_cast<const unsigned char*>(&options);
-  for (std::size_t i = sizeof(T); i < options.struct_size; ++i)
-    require(bytes[i] == 0, GE2_ERROR_INVALID_ARGUMENT,
-            "{}: argument '{}': byte {} of a {}-byte struct is set, but this library ({}) knows "
-            "only its first {} bytes: the caller sets an option of a newer ge_v2_api.h",
-            function, argument, i, options.struct_size, GE2_VERSION_STRING, sizeof(T));
+  require(options.struct_size >= oldest_size, GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument '{}': struct_size = {} is smaller than {}; fill it with the matching "
+          "*_init function",
+          function, argument, options.struct_size, oldest_size);
+  require(options.struct_size <= sizeof(T), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument '{}': struct_size = {} is larger than this library's {} bytes ({}): the "
+          "caller was built against a newer ge_v2_api.h; run it with a library at least as new",
+          function, argument, options.struct_size, sizeof(T), GE2_VERSION_STRING);
 }
 
-// *_init_sized: the caller's struct of `caller_size` bytes gets `defaults` in
-// the fields this library knows and zeros beyond them; never a byte past
-// caller_size is written.
+// *_init_sized: the caller's struct of `caller_size` bytes (at most this
+// library's) gets `defaults` in its fields; never a byte past caller_size is
+// written.
 template <typename T>
 void init_struct(T* out, std::size_t caller_size, const T& defaults, std::size_t oldest_size,
                  const char* function, const char* argument) {
   require_not_null(out, function, argument);
-  require(caller_size >= oldest_size && caller_size <= kMaxStructSize, GE2_ERROR_INVALID_ARGUMENT,
-          "{}: argument 'struct_size' = {} is not between {} (the 2.0 struct) and {}", function,
-          caller_size, oldest_size, kMaxStructSize);
+  require(caller_size >= oldest_size, GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'struct_size' = {} is smaller than {} (the 2.0 struct)", function,
+          caller_size, oldest_size);
+  require(caller_size <= sizeof(T), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'struct_size' = {} is larger than this library's {} bytes ({}): the "
+          "caller was built against a newer ge_v2_api.h; run it with a library at least as new",
+          function, caller_size, sizeof(T), GE2_VERSION_STRING);
   auto* bytes = reinterpret_cast<unsigned char*>(out);
-  std::memcpy(bytes, &defaults, std::min(caller_size, sizeof(T)));
-  if (caller_size > sizeof(T)) std::memset(bytes + sizeof(T), 0, caller_size - sizeof(T));
+  std::memcpy(bytes, &defaults, caller_size);
   const auto size = static_cast<std::uint32_t>(caller_size);
   static_assert(offsetof(T, struct_size) == 0, "struct_size is every option struct's first member");
   std::memcpy(bytes, &size, sizeof(size));
