@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_or_die.hpp"
 #include "ge_v2_api.h"
 #include "support/reference.hpp"
 
@@ -36,14 +37,6 @@ namespace {
       fmt::print(stderr, "{} failed: {}: {}\n", #call, ge2_status_string(s_), ge2_last_error()); \
       std::exit(1);                                                                              \
     }                                                                                            \
-  } while (0)
-#define CUDA_OR_DIE(call)                                                   \
-  do {                                                                      \
-    cudaError_t e_ = (call);                                                \
-    if (e_ != cudaSuccess) {                                                \
-      fmt::print(stderr, "{} failed: {}\n", #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                         \
-    }                                                                       \
   } while (0)
 
 struct Shape {

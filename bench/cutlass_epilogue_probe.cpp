@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_or_die.hpp"
 #include "cutlass_epilogue_variants.hpp"
 
 namespace {
@@ -34,15 +35,6 @@ namespace {
 using ge2::Activation;
 using ge2::cuda::cutlass_kernels::GemmArgs;
 using ge2::cuda::cutlass_kernels::GemmLauncher;
-
-#define CUDA_OR_DIE(call)                                                   \
-  do {                                                                      \
-    cudaError_t e_ = (call);                                                \
-    if (e_ != cudaSuccess) {                                                \
-      fmt::print(stderr, "{} failed: {}\n", #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                         \
-    }                                                                       \
-  } while (0)
 
 std::uint16_t to_bf16(float x) {
   std::uint32_t bits = 0;

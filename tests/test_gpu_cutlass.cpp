@@ -155,13 +155,6 @@ TEST_CASE("gpu cutlass: tuning times CUTLASS beside cuBLASLt, stores it, and pic
   c.trans_b = true;
   c.has_bias = true;
   c.act = GE2_ACT_GELU_ERF;
-  // The candidates of the plan's GEMM step with their measured times.
-  auto selection_of = [](const std::string& plan_json) {
-    const auto plan = nlohmann::json::parse(plan_json);
-    for (const auto& step : plan["steps"])
-      if (step.contains("selection")) return step["selection"];
-    return nlohmann::json();
-  };
   std::string tuned_kernel;
   {
     ContextPtr context = make_tuning_context(GE2_DEVICE_CUDA, GE2_TUNE_TUNE, db);

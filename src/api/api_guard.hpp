@@ -4,7 +4,6 @@
 // lambda's operator() instead.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

@@ -48,11 +48,17 @@ inline double gpu_tolerance(ge2_dtype_t dtype, const char* kernel) {
   return 1e-2;
 }
 
-inline std::string chosen_kernel(const std::string& plan_json) {
+// The selection (kernel, why, candidates) of the plan's first GEMM step; null if none.
+inline nlohmann::json selection_of(const std::string& plan_json) {
   const auto plan = nlohmann::json::parse(plan_json);
   for (const auto& step : plan["steps"])
-    if (step.contains("selection")) return step["selection"]["kernel"];
-  return "";
+    if (step.contains("selection")) return step["selection"];
+  return nullptr;
+}
+
+inline std::string chosen_kernel(const std::string& plan_json) {
+  const auto selection = selection_of(plan_json);
+  return selection.is_null() ? "" : selection["kernel"].get<std::string>();
 }
 
 }  // namespace ge2::test

@@ -63,15 +63,20 @@ def _torch_view(t, want_stream, argument, function) -> ArrayView:
                      readonly)
 
 
+def _row_major_strides(shape) -> tuple:
+    """Element strides of a dense row-major array of `shape`."""
+    out, step = [], 1
+    for extent in reversed(shape):
+        out.append(step)
+        step *= extent
+    return tuple(reversed(out))
+
+
 def _element_strides(iface, dtype, argument, function) -> tuple:
     size = ELEMENT_SIZE[dtype]
     strides = iface.get("strides")
     if strides is None:  # C-contiguous
-        out, step = [], 1
-        for extent in reversed(iface["shape"]):
-            out.append(step)
-            step *= extent
-        return tuple(reversed(out))
+        return _row_major_strides(iface["shape"])
     if any(s % size for s in strides):
         raise invalid(function, f"argument '{argument}': byte strides {tuple(strides)} are not whole "
                                 f"{size}-byte elements")
@@ -141,11 +146,7 @@ def _dlpack_view(array, argument, function) -> ArrayView:
     if tensor.strides:
         strides = tuple(tensor.strides[i] for i in range(tensor.ndim))
     else:  # NULL: compact row-major
-        out, step = [], 1
-        for extent in reversed(shape):
-            out.append(step)
-            step *= extent
-        strides = tuple(reversed(out))
+        strides = _row_major_strides(shape)
     pointer = (tensor.data or 0) + tensor.byte_offset
     on_device = device_type in (_DL_CUDA, _DL_CUDA_MANAGED)
     return _checked(ArrayView(pointer, dtype, shape, strides, on_device, "dlpack", None, False, capsule),

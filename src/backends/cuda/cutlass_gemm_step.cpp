@@ -96,6 +96,16 @@ GemmArgs base_arguments(const GemmProblem& p, int device, int sm_count) {
   return g;
 }
 
+// `base` with this execution's pointers; C and the bias only where the problem has them.
+GemmArgs with_pointers(GemmArgs base, const GemmProblem& p, const LtPointers& pointers) {
+  base.a = pointers.a;
+  base.b = pointers.b;
+  base.c = p.has_c ? pointers.c : nullptr;
+  base.d = pointers.d;
+  base.bias = p.has_bias ? pointers.bias : nullptr;
+  return base;
+}
+
 class CutlassGemmStep final : public Step {
  public:
   CutlassGemmStep(const GemmProblem& problem, KernelId kernel, const GemmSlots& slots, int device,
@@ -119,12 +129,10 @@ class CutlassGemmStep final : public Step {
   }
 
   void run(const ExecState& s) override {
-    GemmArgs g = base_;
-    g.a = slot_pointer(s, slots_.a);
-    g.b = slot_pointer(s, slots_.b);
-    g.c = problem_.has_c ? slot_pointer(s, slots_.c) : nullptr;
-    g.d = slot_pointer(s, slots_.d);
-    g.bias = problem_.has_bias ? slot_pointer(s, slots_.bias) : nullptr;
+    const GemmArgs g = with_pointers(
+        base_, problem_,
+        {slot_pointer(s, slots_.a), slot_pointer(s, slots_.b), slot_pointer(s, slots_.c),
+         slot_pointer(s, slots_.bias), slot_pointer(s, slots_.d)});
     for (const void* p : {g.a, g.b, g.c, static_cast<const void*>(g.d), g.bias})
       if (p != nullptr && !aligned16(p)) {
         fallback_->run(s);
@@ -179,11 +187,7 @@ class CutlassTimer final : public FamilyTimer {
     const GemmArgs base = base_arguments(problem, device_, sm_count_);
     TimingRig rig(problem, l2_bytes_, workspace_);
     auto arguments = [&](int set, void* d) {
-      const RigPointers r = rig.pointers(set, d);
-      GemmArgs g = base;
-      g.a = r.a, g.b = r.b, g.c = problem.has_c ? r.c : nullptr, g.d = r.d;
-      g.bias = problem.has_bias ? r.bias : nullptr;
-      return g;
+      return with_pointers(base, problem, rig.pointers(set, d));
     };
     if (!launcher->check(arguments(0, rig.output())).empty()) return std::nullopt;
     auto run = [&](int set) {
@@ -193,12 +197,11 @@ class CutlassTimer final : public FamilyTimer {
               launcher->configuration(), failure);
     };
     rig.clear(rig.reference());
-    const RigPointers r = rig.pointers(0, rig.reference());
+    const LtPointers r = rig.pointers(0, rig.reference());
     launch_fallback_gemm(problem, r.a, r.b, r.c, r.bias, r.d, rig.stream());
     rig.clear(rig.output());
     run(0);
-    // Both accumulate in fp32: what differs is the order of the sums and the output rounding.
-    const double bound = problem.dtype == DType::F16 ? 5e-3 : 2e-2;
+    const double bound = agreement_bound(problem.dtype, false);
     const double difference = rig.difference_from_reference();
     if (!(difference <= bound)) {
       logger_(

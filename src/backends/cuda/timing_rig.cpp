@@ -27,6 +27,12 @@ std::int64_t span_elements(const MatrixView& v, std::int64_t batch) {
 
 }  // namespace
 
+double agreement_bound(DType dtype, bool tf32) {
+  if (dtype == DType::F32 && !tf32) return 1e-4;
+  if (dtype == DType::F16 || tf32) return 5e-3;
+  return 2e-2;  // bf16
+}
+
 TimingRig::TimingRig(const GemmProblem& p, int l2_bytes, std::size_t workspace_bytes)
     : problem_(p),
       stream_(make_nonblocking_stream()),
@@ -64,7 +70,7 @@ TimingRig::TimingRig(const GemmProblem& p, int l2_bytes, std::size_t workspace_b
   }
 }
 
-RigPointers TimingRig::pointers(int set, void* d) {
+LtPointers TimingRig::pointers(int set, void* d) {
   const auto s = static_cast<std::size_t>(set % sets());
   return {a_[s].data(), b_[s].data(), c_.data(), bias_.data(), d};
 }

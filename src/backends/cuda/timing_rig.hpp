@@ -11,14 +11,15 @@
 #include <vector>
 
 #include "backends/cuda/cuda_raii.hpp"
+#include "backends/cuda/lt_matmul.hpp"
 #include "ir/kernel_problems.hpp"
 
 namespace ge2::cuda {
 
-struct RigPointers {
-  const void *a, *b, *c, *bias;
-  void* d;
-};
+// The largest relative difference from the reference a candidate may show
+// and still count as computing the same result: both accumulate in fp32, what
+// differs is the order of the sums and the output's (or TF32's) rounding.
+double agreement_bound(DType dtype, bool tf32);
 
 class TimingRig {
  public:
@@ -31,7 +32,7 @@ class TimingRig {
   int sets() const { return static_cast<int>(a_.size()); }
 
   // Operands of input set `set` writing `d` (output() or reference()).
-  RigPointers pointers(int set, void* d);
+  LtPointers pointers(int set, void* d);
   void* output() { return d_.data(); }
   void* reference() { return reference_.data(); }
 

@@ -3,27 +3,11 @@
 #include <algorithm>
 #include <optional>
 
-#include "backends/cuda/cuda_raii.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/timing_rig.hpp"
 #include "core/error.hpp"
 
 namespace ge2::cuda {
-namespace {
-
-double agreement_bound(const LtMatmul& m) {
-  switch (m.kernel()) {
-    case KernelId::LtF32:
-      return 1e-4;
-    case KernelId::LtTf32:
-    case KernelId::LtF16:
-      return 5e-3;
-    default:
-      return 2e-2;
-  }
-}
-
-}  // namespace
 
 Tuner::Tuner(cublasLtHandle_t handle, std::size_t max_workspace_bytes, int l2_bytes)
     : handle_(handle), max_workspace_(max_workspace_bytes), l2_bytes_(l2_bytes) {}
@@ -36,8 +20,7 @@ TuneOutcome Tuner::tune(LtMatmul& matmul) {
   const std::optional<ElementwiseProblem> pass =
       matmul.needs_separate_activation() ? std::optional(matmul.activation_pass()) : std::nullopt;
   auto run = [&](const cublasLtMatmulAlgo_t& algo, int set, void* d) {
-    const RigPointers r = rig.pointers(set, d);
-    matmul.run(algo, {r.a, r.b, r.c, r.bias, r.d}, rig.workspace(), max_workspace_, rig.stream());
+    matmul.run(algo, rig.pointers(set, d), rig.workspace(), max_workspace_, rig.stream());
     if (pass) launch_elementwise(*pass, d, nullptr, d, rig.stream());
   };
 
@@ -63,7 +46,7 @@ TuneOutcome Tuner::tune(LtMatmul& matmul) {
       if (!seen) candidates.push_back(r);
     }
   }
-  const double bound = agreement_bound(matmul);
+  const double bound = agreement_bound(p.dtype, matmul.kernel() == KernelId::LtTf32);
   for (const auto& candidate : candidates) {
     ++outcome.candidates;
     rig.clear(rig.output());
@@ -79,7 +62,7 @@ TuneOutcome Tuner::tune(LtMatmul& matmul) {
                       time};
   }
   outcome.fallback_time_us = rig.median_us([&](int set) {
-    const RigPointers r = rig.pointers(set, rig.output());
+    const LtPointers r = rig.pointers(set, rig.output());
     launch_fallback_gemm(p, r.a, r.b, r.c, r.bias, r.d, rig.stream());
   });
   return outcome;
