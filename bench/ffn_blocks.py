@@ -8,7 +8,8 @@ x @ W^T), residual included.
 ge2 runs one plan per block built through the Python binding with the weights
 as constants (copied into the plan at compile, gate and up joined into one
 GEMM), eagerly and with graph_replay, and with graph_replay in a context that
-tunes each GEMM at compile (tune="tune"); PyTorch runs eagerly, as a captured CUDA
+tunes each GEMM at compile (tune="tune"), and as `ge2.torch.convert(block)` (the module helper
+a PyTorch user calls: the same plan behind a custom operator); PyTorch runs eagerly, as a captured CUDA
 graph and (with --compile) through torch.compile. Each time is the median over
 groups of back-to-back calls timed with CUDA events, the contenders rotated
 group by group so clocks and power affect all alike. Outputs are checked
@@ -24,16 +25,30 @@ import statistics
 
 
 def torch_block(kind, hidden, inter, dtype):
-    """(block, modules): the block as users write it with nn.Linear modules on the GPU."""
+    """(block, modules): the block as users write it, an nn.Module of nn.Linear modules on the GPU."""
     import torch
     import torch.nn.functional as F
 
     lin = lambda i, o: torch.nn.Linear(i, o, bias=kind == "gelu", device="cuda", dtype=dtype)  # noqa: E731
-    if kind == "gelu":
-        fc1, fc2 = lin(hidden, inter), lin(inter, hidden)
-        return (lambda x: x + fc2(F.gelu(fc1(x)))), {"fc1": fc1, "fc2": fc2}
-    gate, up, down = lin(hidden, inter), lin(hidden, inter), lin(inter, hidden)
-    return (lambda x: x + down(F.silu(gate(x)) * up(x))), {"gate": gate, "up": up, "down": down}
+
+    class Gelu(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = lin(hidden, inter), lin(inter, hidden)
+
+        def forward(self, x):
+            return x + self.fc2(F.gelu(self.fc1(x)))
+
+    class SwiGLU(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate, self.up, self.down = lin(hidden, inter), lin(hidden, inter), lin(inter, hidden)
+
+        def forward(self, x):
+            return x + self.down(F.silu(self.gate(x)) * self.up(x))
+
+    block = (Gelu if kind == "gelu" else SwiGLU)().eval()
+    return block, dict(block.named_children())
 
 
 def ge2_block(kind, modules, tokens, hidden, dtype_name):
@@ -111,6 +126,7 @@ def main():
     import torch  # after argparse: --help works without torch
 
     import ge2
+    import ge2.torch
 
     torch.manual_seed(0)
     dev = "cuda"
@@ -124,6 +140,7 @@ def main():
         for kind in args.blocks:
             for inter in args.inter:
                 block, modules = torch_block(kind, args.hidden, inter, dtype)
+                converted = ge2.torch.convert(block)  # the module helper: what a PyTorch user calls
                 for tokens in args.tokens:
                     g = ge2_block(kind, modules, tokens, args.hidden, dtype_name)
                     plan = g.compile(ctx)
@@ -138,10 +155,12 @@ def main():
                         torch.cuda.synchronize()
                         err = ((ys.float() - want).norm() / want.norm()).item()
                         err_replay = ((yr.float() - want).norm() / want.norm()).item()
+                        err_module = ((converted(xs).float() - want).norm() / want.norm()).item()
                         contenders = {
                             "ge2": lambda: plan.execute({"x": xs, "y": ys}),
                             "ge2 graph_replay": lambda: replay.execute({"x": xs, "y": yr}),
                             "ge2 tuned replay": lambda: tuned.execute({"x": xs, "y": yt}),
+                            "ge2.torch module": lambda: converted(xs),
                             "torch eager": lambda: block(xs),
                             "torch cuda graph": cuda_graphed(block, xs),
                         }
@@ -158,7 +177,8 @@ def main():
                            "dtype": dtype_name, "us": med, "tflops": {k: flops / v / 1e6 for k, v in med.items()},
                            "eager_over_ge2": med["torch eager"] / min(med["ge2"], med["ge2 graph_replay"]),
                            "eager_over_ge2_tuned": med["torch eager"] / med["ge2 tuned replay"],
-                           "rel_error_vs_torch": err, "rel_error_replay": err_replay, "ge2_steps": steps}
+                           "rel_error_vs_torch": err, "rel_error_replay": err_replay,
+                           "rel_error_module": err_module, "ge2_steps": steps}
                     rows.append(row)
                     times = "  ".join(f"{k} {v:8.1f}" for k, v in med.items())
                     print(f"{dtype_name:4s} {kind:6s} I={inter:5d} tokens {tokens:5d}: {times} us  "

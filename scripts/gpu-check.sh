@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 through the device tool (see docs/gpu-validation.md):
-#   scripts/gpu-check.sh [tests|cutlass|epilogue|reliability|sanitize|tune|notebook|profile|ffn|bench|all]...
+#   scripts/gpu-check.sh [tests|cutlass|epilogue|reliability|sanitize|tune|notebook|profile|ffn|torch|bench|all]...
 # Uses the build folder made on the development machine (build-gpu, carried;
 # the device lacks sqlite3.h), runs the gpu-labelled tests, the sample, the
 # sanitizers and the benchmarks, and prints a short table last. Logs go to $OUT.
@@ -126,6 +126,16 @@ for mode in $modes; do
       --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__block_size,launch__cluster_dim_x,launch__cluster_dim_y \
       python3 "$ROOT/bench/profile_kernels.py" > "$OUT/ncu.log" 2>&1
     note "ncu: exit $? ($(grep -c '"gpu__time_duration.sum"' "$OUT/ncu.log") kernels)"
+    ;;&
+  torch | all)
+    # ge2.torch on the GPU: its tests (custom operators, converted modules, torch.compile with
+    # inductor, CUDA-graph capture) and the per-call cost of the one-shot paths against torch.mm.
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python python3 -m pytest -q -rs \
+      "$ROOT/bindings/python/tests/test_torch.py" > "$OUT/pytest_torch.log" 2>&1
+    note "ge2.torch tests: $(tail -1 "$OUT/pytest_torch.log")"
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python \
+      python3 "$ROOT/bench/torch_ops.py" --out "$OUT" > "$OUT/torch_ops.log" 2>&1
+    note "torch_ops bench: exit $? (torch_ops.log)"
     ;;&
   ffn | all)
     # FFN blocks against PyTorch eager, CUDA graph (and torch.compile with FFN_ARGS=--compile).

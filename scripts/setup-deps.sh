@@ -26,6 +26,23 @@ if command -v nvcc > /dev/null 2>&1 && ! python3 -c "import cutlass_library" > /
   python3 -m pip install -q --no-deps nvidia-cutlass 2> /dev/null ||
     python3 -m pip install -q --no-deps --break-system-packages nvidia-cutlass
 fi
+# PyTorch for the tests of ge2.torch, when the caller names a folder for it (scripts/test.sh
+# does) and the environment has none: torch 2.15.0 without its CUDA runtime wheels (this
+# machine's CUDA 13 toolkit provides them; the four libraries below it lacks), into that
+# folder only. Measured on a 2-core CI machine: 29 s, 2.0 GB. GE2_TORCH_DIR= (empty) skips it.
+if [ -n "${GE2_TORCH_DIR:-}" ] && [ ! -d "$GE2_TORCH_DIR/torch" ] && ! python3 -c "import torch" > /dev/null 2>&1; then
+  if command -v nvcc > /dev/null 2>&1; then
+    echo "setup-deps: installing PyTorch 2.15.0 for the ge2.torch tests into $GE2_TORCH_DIR"
+    rm -rf "$GE2_TORCH_DIR.partial"
+    python3 -m pip install -q --no-deps --target "$GE2_TORCH_DIR.partial" torch==2.15.0 sympy mpmath networkx \
+      jinja2 markupsafe filelock fsspec typing_extensions nvidia-cufile nvidia-cusparselt-cu13==0.8.1 \
+      nvidia-nccl-cu13==2.30.7 nvidia-nvshmem-cu13==3.7.2 2> /dev/null &&
+      mv "$GE2_TORCH_DIR.partial" "$GE2_TORCH_DIR" ||
+      echo "setup-deps: PyTorch could not be installed; the ge2.torch tests will be skipped"
+  else
+    echo "setup-deps: no CUDA toolkit for PyTorch's libraries; the ge2.torch tests will be skipped"
+  fi
+fi
 # python3 -m venv (the wheel is installed into a fresh environment in the tests).
 if ! python3 -c "import ensurepip" > /dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

@@ -1,0 +1,491 @@
+"""PyTorch integration: ge2 as `torch.library` custom operators, and nn.Module conversion.
+
+    import torch, ge2.torch
+    mlp = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024))
+    fast = ge2.torch.convert(mlp.half().cuda())     # an nn.Module running one ge2 plan per input shape
+    y = fast(x)                                     # x: [..., 1024] float16 on the GPU
+    y = torch.compile(fast)(x)                      # traces through: no graph break
+
+Three operators are registered under the `ge2` namespace, each with a fake (meta) implementation
+so that `torch.compile` and `torch.export` trace them without running them:
+
+- `torch.ops.ge2.gemm_bias_act(a, b, bias, act, trans_a, trans_b, alpha)`: the one-shot call
+  (`ge2.gemm_bias_act`); `ge2.torch.linear(x, weight, bias, act)` is `F.linear` followed by the
+  activation on top of it.
+- `torch.ops.ge2.plan_execute(plan_id, inputs)`: a compiled `ge2.Plan`, wrapped by `PlanFunction`.
+- `torch.ops.ge2.module_forward(module_id, x)`: a converted module (`convert`).
+
+They run on the tensors' device (a CPU or CUDA ge2 context per device, made on first use) and on
+PyTorch's current stream, so `torch.cuda.graph` captures them after one warm-up call (which
+compiles the plan and allocates the stream's workspace). They are for inference: none has an
+autograd formula, and calling one on tensors that require grad under autograd raises.
+"""
+import math
+import operator
+import threading
+import weakref
+from collections import OrderedDict
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+import ge2
+from ge2._checks import invalid
+
+__all__ = ["Ge2Module", "PlanFunction", "context_for", "convert", "linear"]
+
+_DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+_TORCH_DTYPES = {ge2._capi.DTYPE_F16: torch.float16, ge2._capi.DTYPE_BF16: torch.bfloat16,
+                 ge2._capi.DTYPE_F32: torch.float32}
+
+_lock = threading.Lock()
+_contexts: dict = {}  # (device type, index) -> ge2.Context, one per device for the process
+_objects: dict = {}  # id -> weakref to a PlanFunction or Ge2Module the operators run
+_next_id = [1]
+
+
+def context_for(device) -> ge2.Context:
+    """The ge2 context the operators use for tensors on `device` (a CPU context for CPU tensors, a
+    CUDA context on the same ordinal for CUDA tensors), made on first use and kept."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        key = ("cuda", torch.cuda.current_device() if device.index is None else device.index)
+    elif device.type == "cpu":
+        key = ("cpu", 0)
+    else:
+        raise invalid("ge2.torch", f"tensors on device {device} are not supported (CPU and CUDA are)")
+    with _lock:
+        context = _contexts.get(key)
+        if context is None:
+            context = ge2.Context(device=key[0], ordinal=key[1])
+            _contexts[key] = context
+        return context
+
+
+def _register(obj) -> int:
+    with _lock:
+        ident = _next_id[0]
+        _next_id[0] += 1
+        _objects[ident] = weakref.ref(obj, lambda _ref, i=ident: _objects.pop(i, None))
+        return ident
+
+
+def _lookup(ident: int, function: str):
+    ref = _objects.get(ident)
+    obj = ref() if ref is not None else None
+    if obj is None:
+        raise invalid(function, f"argument 'id' {ident} names no live ge2 plan or module")
+    return obj
+
+
+def _refuse_grad(function: str, *tensors) -> None:
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        raise RuntimeError(f"{function}: ge2's operators are for inference and have no autograd formula; "
+                           f"call them under torch.no_grad() or torch.inference_mode(), or on tensors that do "
+                           f"not require grad")
+
+
+# --- the one-shot call ------------------------------------------------------------------------
+
+def _gemm_shape(a: Tensor, b: Tensor, trans_a: bool, trans_b: bool) -> tuple:
+    f = "ge2.torch.gemm_bias_act"
+    if a.dim() not in (2, 3) or b.dim() != a.dim():
+        raise invalid(f, f"arguments 'a' {tuple(a.shape)} and 'b' {tuple(b.shape)} must both be matrices or "
+                         f"both batches of matrices")
+    m, k = (a.shape[-1], a.shape[-2]) if trans_a else (a.shape[-2], a.shape[-1])
+    kb, n = (b.shape[-1], b.shape[-2]) if trans_b else (b.shape[-2], b.shape[-1])
+    if kb != k:
+        raise invalid(f, f"argument 'b' {tuple(b.shape)} (trans_b={trans_b}) has K = {kb}; a's K is {k}")
+    if a.dim() == 3:
+        if a.shape[0] != b.shape[0]:
+            raise invalid(f, f"argument 'b': batch {b.shape[0]} does not match a's batch {a.shape[0]}")
+        return (a.shape[0], m, n)
+    return (m, n)
+
+
+@torch.library.custom_op("ge2::gemm_bias_act", mutates_args=())
+def _gemm_bias_act_op(a: Tensor, b: Tensor, bias: Optional[Tensor], act: str, trans_a: bool, trans_b: bool,
+                      alpha: float) -> Tensor:
+    out = a.new_empty(_gemm_shape(a, b, trans_a, trans_b))
+    if out.numel() == 0:
+        return out
+    if a.shape[-2 if trans_a else -1] == 0:  # K = 0: the empty sum, then the epilogue
+        return _apply_act(out.zero_() if bias is None else out.zero_() + bias, act)
+    ge2.gemm_bias_act(a, b, bias, act or None, trans_a=trans_a, trans_b=trans_b, alpha=alpha, out=out,
+                      context=context_for(a.device))
+    return out
+
+
+@_gemm_bias_act_op.register_fake
+def _(a, b, bias, act, trans_a, trans_b, alpha):
+    return a.new_empty(_gemm_shape(a, b, trans_a, trans_b))
+
+
+_ACTIVATIONS = {"": lambda t: t, "none": lambda t: t, "relu": F.relu, "gelu": F.gelu,
+                "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu}
+
+
+def _apply_act(t: Tensor, act: str) -> Tensor:
+    return _ACTIVATIONS[act](t)
+
+
+def _act_name(act, function: str) -> str:
+    if act is None:
+        return ""
+    if act not in _ACTIVATIONS:
+        raise invalid(function, f"argument 'act' is {act!r}; it must be None, 'relu', 'gelu', 'gelu_tanh' or "
+                                f"'silu'")
+    return act
+
+
+def gemm_bias_act(a: Tensor, b: Tensor, bias: Tensor | None = None, act: str | None = None, *,
+                  trans_a: bool = False, trans_b: bool = False, alpha: float = 1.0) -> Tensor:
+    """act(alpha * op(a) @ op(b) + bias) through `torch.ops.ge2.gemm_bias_act` (see
+    `ge2.gemm_bias_act` for the operand rules); returns a new tensor."""
+    f = "ge2.torch.gemm_bias_act"
+    _refuse_grad(f, a, b, bias)
+    return torch.ops.ge2.gemm_bias_act(a, b, bias, _act_name(act, f), bool(trans_a), bool(trans_b), float(alpha))
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | None = None) -> Tensor:
+    """act(F.linear(x, weight, bias)) in one ge2 call: x is [..., in], weight nn.Linear's [out, in],
+    bias [out]; the leading dimensions of x are flattened into the GEMM's rows."""
+    f = "ge2.torch.linear"
+    if x.dim() < 1 or weight.dim() != 2:
+        raise invalid(f, f"arguments 'x' {tuple(x.shape)} and 'weight' {tuple(weight.shape)}: x needs a last "
+                         f"dimension and weight must be [out, in]")
+    rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
+    y = gemm_bias_act(rows, weight, bias, act, trans_b=True)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+# --- compiled plans ---------------------------------------------------------------------------
+
+@torch.library.custom_op("ge2::plan_execute", mutates_args=())
+def _plan_execute_op(plan_id: int, inputs: list[Tensor]) -> list[Tensor]:
+    return _lookup(plan_id, "ge2.torch.plan_execute")._run(inputs)
+
+
+@_plan_execute_op.register_fake
+def _(plan_id, inputs):
+    function = _lookup(plan_id, "ge2.torch.plan_execute")
+    device = inputs[0].device if inputs else torch.device("cpu")
+    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in function.output_specs]
+
+
+class PlanFunction:
+    """A compiled `ge2.Plan` as a function of tensors: `f(*inputs)` binds the plan's inputs in the
+    order of `input_names`, runs it through `torch.ops.ge2.plan_execute` and returns its outputs
+    (new tensors, in the order of `output_names`; a single output is returned as a tensor)."""
+
+    def __init__(self, plan: ge2.Plan):
+        if not isinstance(plan, ge2.Plan):
+            raise TypeError(f"ge2.torch.PlanFunction: argument 'plan' is a {type(plan).__name__}, not a ge2.Plan")
+        self.plan = plan
+        self.input_names = [n for n, io in plan.io.items() if not io["output"]]
+        self.output_names = [n for n, io in plan.io.items() if io["output"]]
+        self.output_specs = [(plan.io[n]["shape"], _TORCH_DTYPES[plan.io[n]["dtype"]]) for n in self.output_names]
+        self.id = _register(self)
+
+    def _run(self, inputs: list) -> list:
+        f = "ge2.torch.PlanFunction"
+        if len(inputs) != len(self.input_names):
+            raise invalid(f, f"{len(inputs)} inputs given; the plan takes {len(self.input_names)} "
+                             f"({', '.join(self.input_names)})")
+        device = inputs[0].device if inputs else torch.device("cpu")
+        outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.output_specs]
+        arrays = {name: t.contiguous() for name, t in zip(self.input_names, inputs)}
+        arrays.update(zip(self.output_names, outputs))
+        self.plan.execute(arrays)
+        return outputs
+
+    def __call__(self, *inputs: Tensor):
+        _refuse_grad("ge2.torch.PlanFunction", *inputs)
+        outputs = torch.ops.ge2.plan_execute(self.id, list(inputs))
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+# --- nn.Module conversion ---------------------------------------------------------------------
+
+class _Recipe:
+    """A traced module as ge2 graph steps over one input [tokens, in_features]: rebuilt into a
+    ge2.Graph for each token count (plans have fixed shapes)."""
+
+    def __init__(self):
+        self.steps = []  # (kind, fx node name, output slot, args...)
+        self.constants = {}  # name -> host copy of the module's parameter, taken at conversion
+        self.width = {}  # slot -> last dimension
+        self.in_features = None
+        self.output = None
+
+
+_SUPPORTED = ("nn.Linear, nn.ReLU, nn.GELU, nn.SiLU, nn.Identity, nn.Dropout (eval), F.linear, F.relu, F.gelu, "
+              "F.silu, and + or * between two values of one shape")
+
+
+def _refused(what: str, node) -> Exception:
+    return invalid("ge2.torch.convert", f"{what} at node '{node.name}' is not supported; ge2 converts {_SUPPORTED}")
+
+
+_MODULE_ACTS = {torch.nn.ReLU: lambda m: "relu", torch.nn.SiLU: lambda m: "silu",
+                torch.nn.GELU: lambda m: "gelu_tanh" if m.approximate == "tanh" else "gelu"}
+_FUNCTION_ACTS = {F.relu: "relu", torch.relu: "relu", F.silu: "silu", F.gelu: "gelu"}
+_ADDS = (operator.add, operator.iadd, torch.add)
+_MULS = (operator.mul, operator.imul, torch.mul)
+
+
+def _infer_widths(r: _Recipe, fixed: dict) -> None:
+    """Every slot's last dimension from the linear layers' (`fixed`: slot -> width they need or
+    make) through the activations and elementwise steps, which keep it; a conflict is refused."""
+    groups = [[out, *args[:1]] if kind == "act" else [out, *args] for kind, _, out, *args in r.steps
+              if kind != "linear"]
+    names = {out: name for _, name, out, *_ in r.steps}
+    width = dict(fixed)
+    changed = True
+    while changed:
+        changed = False
+        for group in groups:
+            known = {width[s] for s in group if s in width}
+            if len(known) > 1:
+                raise invalid("ge2.torch.convert", f"node '{names[group[0]]}': operands of widths "
+                                                   f"{sorted(known)} (they must agree)")
+            if known:
+                w = known.pop()
+                for s in group:
+                    if s not in width:
+                        width[s], changed = w, True
+    r.width = width
+
+
+def _trace(module: torch.nn.Module) -> _Recipe:
+    import torch.fx
+
+    try:
+        traced = torch.fx.symbolic_trace(module)
+    except Exception as e:  # data-dependent control flow and the like
+        raise invalid("ge2.torch.convert", f"torch.fx cannot trace the module ({type(e).__name__}: {e})") from e
+    r = _Recipe()
+    slot = {}  # fx node -> slot name
+    params = {}  # get_attr node -> tensor
+    fixed = {}  # slot -> width a linear layer needs or makes
+
+    def new_slot(node):
+        slot[node] = f"v{len(slot)}"
+        return slot[node]
+
+    def value_of(arg, node):
+        if not isinstance(arg, torch.fx.Node) or arg not in slot:
+            raise _refused(f"argument {arg!r}", node)
+        return slot[arg]
+
+    def need_width(s, width, node):
+        if fixed.setdefault(s, width) != width:
+            raise invalid("ge2.torch.convert", f"node '{node.name}': a layer of {width} inputs reads a value of "
+                                               f"width {fixed[s]}")
+
+    def linear_step(node, x, weight, bias, prefix):
+        if weight is None or weight.dim() != 2 or (bias is not None and bias.shape != weight.shape[:1]):
+            raise _refused("a linear layer whose weight is not [out, in] (or bias not [out])", node)
+        src = value_of(x, node)
+        need_width(src, weight.shape[1], node)
+        prefix = prefix.replace(".", "_")
+        r.constants[prefix + "_weight"] = weight.detach().to("cpu", copy=True)
+        if bias is not None:
+            r.constants[prefix + "_bias"] = bias.detach().to("cpu", copy=True)
+        out = new_slot(node)
+        fixed[out] = weight.shape[0]
+        r.steps.append(("linear", node.name, out, src, prefix + "_weight",
+                        prefix + "_bias" if bias is not None else None))
+
+    for node in traced.graph.nodes:
+        if node.op == "placeholder":
+            if "x" in slot.values():
+                raise _refused("a second input", node)
+            slot[node] = "x"
+        elif node.op == "get_attr":
+            params[node] = operator.attrgetter(node.target)(traced)
+        elif node.op == "call_module":
+            sub = traced.get_submodule(node.target)
+            if isinstance(sub, torch.nn.Linear):
+                linear_step(node, node.args[0], sub.weight, sub.bias, node.target)
+            elif type(sub) in _MODULE_ACTS:
+                src = value_of(node.args[0], node)
+                r.steps.append(("act", node.name, new_slot(node), src, _MODULE_ACTS[type(sub)](sub)))
+            elif isinstance(sub, torch.nn.Identity) or (isinstance(sub, torch.nn.Dropout)
+                                                       and (not sub.training or sub.p == 0)):
+                slot[node] = value_of(node.args[0], node)
+            else:
+                raise _refused(f"module '{node.target}' ({type(sub).__name__})", node)
+        elif node.op == "call_function":
+            if node.target is F.linear:
+                args = list(node.args) + [None] * (3 - len(node.args))
+                if "bias" in node.kwargs:
+                    args[2] = node.kwargs["bias"]
+                if any(a is not None and a not in params for a in args[1:3]):
+                    raise _refused("F.linear with a weight or bias that is not a parameter", node)
+                linear_step(node, args[0], params.get(args[1]), params.get(args[2]), node.name)
+            elif node.target in _FUNCTION_ACTS:
+                act = _FUNCTION_ACTS[node.target]
+                extra = dict(node.kwargs)
+                extra.pop("inplace", None)
+                if act == "gelu" and extra.pop("approximate", "none") == "tanh":
+                    act = "gelu_tanh"
+                if len(node.args) != 1 or extra:
+                    raise _refused(f"'{node.target.__name__}' with arguments {node.args[1:]} {extra}", node)
+                src = value_of(node.args[0], node)
+                r.steps.append(("act", node.name, new_slot(node), src, act))
+            elif node.target in _ADDS or node.target in _MULS:
+                if len(node.args) != 2 or node.kwargs:
+                    raise _refused(f"'{node.target.__name__}' with arguments {node.args} {node.kwargs}", node)
+                a, b = (value_of(arg, node) for arg in node.args)
+                r.steps.append(("add" if node.target in _ADDS else "mul", node.name, new_slot(node), a, b))
+            else:
+                raise _refused(f"function '{getattr(node.target, '__name__', node.target)}'", node)
+        elif node.op == "call_method":
+            raise _refused(f"method '{node.target}'", node)
+        elif node.op == "output":
+            if not isinstance(node.args[0], torch.fx.Node):
+                raise _refused("an output that is not one tensor", node)
+            r.output = value_of(node.args[0], node)
+    _infer_widths(r, fixed)
+    r.in_features = r.width.get("x")
+    if r.in_features is None:
+        raise invalid("ge2.torch.convert", "no linear layer determines the module's input width")
+    if r.output is None or r.output == "x" or not r.steps:
+        raise invalid("ge2.torch.convert", "the module computes nothing ge2 can run from its input")
+    dtypes = {t.dtype for t in r.constants.values()}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in _DTYPES:
+        raise invalid("ge2.torch.convert", f"the module's parameters have dtypes {sorted(map(str, dtypes))}; "
+                                           f"ge2 needs one of float16, bfloat16, float32 for all")
+    return r
+
+
+def _build_graph(r: _Recipe, tokens: int, dtype: str) -> ge2.Graph:
+    g = ge2.Graph()
+    value = {"x": g.input("x", (tokens, r.in_features), dtype)}
+    consts = {}
+
+    def const(name):
+        if name not in consts:
+            consts[name] = g.constant(name, r.constants[name].contiguous())
+        return consts[name]
+
+    for kind, _, out, *args in r.steps:
+        if kind == "linear":
+            src, w, b = args
+            v = g.gemm(value[src], const(w), trans_b=True)
+            value[out] = g.bias(v, const(b)) if b is not None else v
+        elif kind == "act":
+            value[out] = g.activation(value[args[0]], args[1])
+        elif kind == "add":
+            value[out] = g.add(value[args[0]], value[args[1]])
+        else:
+            value[out] = g.mul(value[args[0]], value[args[1]])
+    g.output(value[r.output], "y")
+    return g
+
+
+@torch.library.custom_op("ge2::module_forward", mutates_args=())
+def _module_forward_op(module_id: int, x: Tensor) -> Tensor:
+    return _lookup(module_id, "ge2.torch.module_forward")._run(x)
+
+
+@_module_forward_op.register_fake
+def _(module_id, x):
+    module = _lookup(module_id, "ge2.torch.module_forward")
+    module._check_input(x)
+    return x.new_empty(*x.shape[:-1], module.out_features)
+
+
+class Ge2Module(torch.nn.Module):
+    """A module converted by `convert`: forward(x) with x [..., in_features] runs one ge2 plan
+    compiled for x's row count, dtype and device (compiled on first use of each, kept for the
+    `max_plans` most recent; each plan holds its own copy of the weights on its device)."""
+
+    def __init__(self, recipe: _Recipe, name: str, tune: str, graph_replay: bool, fuse: bool, allow_tf32: bool,
+                 max_plans: int):
+        super().__init__()
+        self._recipe = recipe
+        self._name = name
+        self.in_features = recipe.in_features
+        self.out_features = recipe.width[recipe.output]
+        self.dtype = next(iter(recipe.constants.values())).dtype
+        self._options = dict(fuse=fuse, allow_tf32=allow_tf32, graph_replay=graph_replay)
+        self._tune = tune
+        self._max_plans = max_plans
+        self._plans: OrderedDict = OrderedDict()
+        self._plans_lock = threading.Lock()
+        self._contexts = {}  # device -> a context of this module's tuning mode (tune != 'cached')
+        self._id = _register(self)
+
+    def extra_repr(self) -> str:
+        return (f"{self._name}, in_features={self.in_features}, out_features={self.out_features}, "
+                f"dtype={self.dtype}, plans={len(self._plans)}")
+
+    def _check_input(self, x: Tensor) -> None:
+        f = "ge2.torch.Ge2Module"
+        if x.dim() < 1 or x.shape[-1] != self.in_features:
+            raise invalid(f, f"input of shape {tuple(x.shape)}: the last dimension must be {self.in_features}")
+        if x.dtype != self.dtype:
+            raise TypeError(f"{f}: input is {x.dtype} but the module's weights are {self.dtype}; convert the "
+                            f"module in the input's dtype")
+
+    def plan_for(self, x: Tensor) -> ge2.Plan:
+        """The plan that runs x (compiled now if it is the first of its row count, dtype and device)."""
+        tokens = x.numel() // self.in_features
+        key = (tokens, x.device)
+        with self._plans_lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
+                return plan
+        context = context_for(x.device) if self._tune == "cached" else self._tuning_context(x.device)
+        graph = _build_graph(self._recipe, tokens, _DTYPES[x.dtype])
+        plan = graph.compile(context, **self._options)
+        with self._plans_lock:
+            self._plans[key] = plan
+            while len(self._plans) > self._max_plans:
+                self._plans.popitem(last=False)
+        return plan
+
+    def _tuning_context(self, device):
+        key = (device.type, device.index)
+        with self._plans_lock:
+            if key not in self._contexts:
+                ordinal = (torch.cuda.current_device() if device.index is None else device.index) \
+                    if device.type == "cuda" else 0
+                self._contexts[key] = ge2.Context(device=device.type, ordinal=ordinal, tune=self._tune)
+            return self._contexts[key]
+
+    def _run(self, x: Tensor) -> Tensor:
+        self._check_input(x)
+        rows = x.reshape(-1, self.in_features).contiguous()
+        y = x.new_empty(rows.shape[0], self.out_features)
+        if rows.shape[0] > 0:
+            self.plan_for(rows).execute({"x": rows, "y": y})
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def forward(self, x: Tensor) -> Tensor:
+        _refuse_grad("ge2.torch.Ge2Module", x)
+        return torch.ops.ge2.module_forward(self._id, x)
+
+
+def convert(module: torch.nn.Module, *, tune: str = "cached", graph_replay: bool = False, fuse: bool = True,
+            allow_tf32: bool = False, max_plans: int = 8) -> Ge2Module:
+    """An nn.Module computing what `module` computes, through ge2: `module` is traced with torch.fx
+    (nn.Sequential, an FFN block's forward with residual adds, the gated form
+    `down(act(gate(x)) * up(x))`) and its parameters copied to host memory now; each plan
+    compiled from them holds them as constants, so later changes to `module`'s weights are not
+    seen (convert again). tune: 'cached' (the
+    process's shared contexts), 'off' or 'tune' (a context of that mode for this module);
+    graph_replay, fuse, allow_tf32: the compile options. Raises ge2.InvalidArgumentError naming
+    the first layer or function ge2 cannot run."""
+    f = "ge2.torch.convert"
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{f}: argument 'module' is a {type(module).__name__}, not a torch.nn.Module")
+    ge2._checks.choice(tune, ge2._capi.TUNE_MODES, "tune", f)
+    max_plans = ge2._checks.integer(max_plans, "max_plans", f, 1, 1 << 16)
+    return Ge2Module(_trace(module), type(module).__name__, tune, bool(graph_replay), bool(fuse), bool(allow_tf32),
+                     max_plans)

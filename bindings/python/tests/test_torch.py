@@ -1,0 +1,271 @@
+"""ge2.torch: the custom operators and nn.Module conversion, against fp64 references computed by
+PyTorch from the same weights. CPU always (where torch imports); CUDA when a GPU is present."""
+import math
+
+import pytest
+
+try:
+    import torch
+    import torch.nn.functional as F
+except (ImportError, OSError) as e:  # OSError: a torch whose CUDA libraries are missing
+    pytest.skip(f"SKIPPED: PyTorch is not importable here ({e})", allow_module_level=True)
+
+import ge2
+import ge2.torch as gt
+
+BOUNDS = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
+
+
+def devices():
+    out = ["cpu"]
+    if torch.cuda.is_available():
+        out.append(pytest.param("cuda", marks=pytest.mark.gpu))
+    return out
+
+
+def rel_error(got, want):
+    got = got.double()
+    if not torch.isfinite(got).all():
+        return math.inf
+    return ((got - want).norm() / max(want.norm(), 1e-12)).item()
+
+
+def fresh(module, dtype, device):
+    """The module with fresh random weights (uniform, scaled like nn.Linear's init) in `dtype`."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.uniform_(-1, 1).mul_(1 / math.sqrt(p.shape[-1]))
+    return module.to(device=device, dtype=dtype).eval()
+
+
+def reference(module, x):
+    """The module run in float64 on a copy (the original keeps its dtype)."""
+    import copy
+    with torch.no_grad():
+        return copy.deepcopy(module).double()(x.double())
+
+
+class ResidualGelu(torch.nn.Module):
+    def __init__(self, d, h, approximate="none"):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(d, h), torch.nn.Linear(h, d)
+        self.approximate = approximate
+
+    def forward(self, x):
+        return x + self.fc2(F.gelu(self.fc1(x), approximate=self.approximate))
+
+
+class LlamaMLP(torch.nn.Module):  # the gated form as transformers writes it
+    def __init__(self, d, h):
+        super().__init__()
+        self.gate_proj = torch.nn.Linear(d, h, bias=False)
+        self.up_proj = torch.nn.Linear(d, h, bias=False)
+        self.down_proj = torch.nn.Linear(h, d, bias=False)
+        self.act_fn = torch.nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class FunctionalLinear(torch.nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.empty(h, d))
+        self.b = torch.nn.Parameter(torch.empty(h))
+
+    def forward(self, x):
+        return F.relu(F.linear(x, self.w, self.b))
+
+
+def blocks(d, h):
+    return {
+        "sequential_gelu": torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.GELU(), torch.nn.Dropout(0.1),
+                                               torch.nn.Linear(h, d)),
+        "sequential_relu_silu": torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.ReLU(), torch.nn.Linear(h, h),
+                                                    torch.nn.SiLU(), torch.nn.Linear(h, d), torch.nn.Identity()),
+        "residual_gelu_tanh": ResidualGelu(d, h, "tanh"),
+        "residual_gelu": ResidualGelu(d, h),
+        "llama_mlp": LlamaMLP(d, h),
+        "functional": FunctionalLinear(d, h),
+    }
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", list(blocks(8, 8)))
+def test_converted_blocks_match_fp64(device, dtype, name):
+    d, h = 48, 136
+    module = fresh(blocks(d, h)[name], dtype, device)
+    converted = gt.convert(module)
+    assert (converted.in_features, converted.out_features) == (d, h if name == "functional" else d)
+    for shape in [(37, d), (2, 5, d), (d,)]:
+        x = torch.randn(shape, device=device).to(dtype)
+        with torch.no_grad():
+            y = converted(x)
+        want = reference(module, x)
+        assert y.shape == want.shape and y.dtype == dtype and y.device == x.device
+        assert rel_error(y, want) <= BOUNDS[dtype], (name, shape)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_plans_per_row_count_are_kept_lru(device):
+    module = fresh(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()), torch.float32, device)
+    converted = gt.convert(module, max_plans=2)
+    for rows in (1, 3, 1, 5, 0):
+        x = torch.randn(rows, 16, device=device)
+        with torch.no_grad():
+            y = converted(x)
+        assert y.shape == (rows, 32)
+        if rows:
+            assert rel_error(y, reference(module, x)) <= 1e-5
+    assert len(converted._plans) == 2
+    plan = converted.plan_for(torch.randn(5, 16, device=device))
+    kernels = [s.get("kernel") for s in plan.describe()["steps"]]
+    assert kernels and all(kernels)
+
+
+def test_weights_are_taken_at_conversion():
+    module = fresh(torch.nn.Sequential(torch.nn.Linear(16, 8)), torch.float32, "cpu")
+    x = torch.randn(4, 16)
+    want = reference(module, x)
+    converted = gt.convert(module)
+    with torch.no_grad():
+        module[0].weight.add_(1.0)
+        assert rel_error(converted(x), want) <= 1e-5
+
+
+@pytest.mark.parametrize("device", devices())
+def test_torch_compile_traces_without_graph_break(device):
+    module = fresh(LlamaMLP(32, 64), torch.float32, device)
+    converted = gt.convert(module)
+    compiled = torch.compile(converted, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")
+    x = torch.randn(9, 32, device=device)
+    with torch.no_grad():
+        y = compiled(x)
+    assert rel_error(y, reference(module, x)) <= 1e-5
+
+    def f(a, w, b):
+        return gt.linear(a, w, b, act="gelu") * 2
+
+    a, w, b = torch.randn(3, 7, 32, device=device), torch.randn(24, 32, device=device), torch.randn(24, device=device)
+    got = torch.compile(f, fullgraph=True, backend="aot_eager" if device == "cpu" else "inductor")(a, w, b)
+    assert rel_error(got, 2 * F.gelu(F.linear(a.double(), w.double(), b.double()))) <= 1e-5
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu"])
+def test_linear_and_one_shot_operator_match_fp64(device, act):
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    x = torch.randn(3, 11, 40, device=device).to(dtype)
+    w = (torch.randn(24, 40, device=device) / 6).to(dtype)
+    b = torch.randn(24, device=device).to(dtype)
+    want = F.linear(x.double(), w.double(), b.double())
+    want = {None: want, "relu": F.relu(want), "gelu": F.gelu(want), "silu": F.silu(want),
+            "gelu_tanh": F.gelu(want, approximate="tanh")}[act]
+    assert rel_error(gt.linear(x, w, b, act=act), want) <= BOUNDS[dtype] * 3
+    a, bt = torch.randn(2, 40, 9, device=device).to(dtype), torch.randn(2, 13, 40, device=device).to(dtype)
+    got = gt.gemm_bias_act(a, bt, None, act, trans_a=True, trans_b=True, alpha=0.5)
+    want = 0.5 * a.double().transpose(1, 2) @ bt.double().transpose(1, 2)
+    want = {None: want, "relu": F.relu(want), "gelu": F.gelu(want), "silu": F.silu(want),
+            "gelu_tanh": F.gelu(want, approximate="tanh")}[act]
+    assert got.shape == (2, 9, 13) and rel_error(got, want) <= BOUNDS[dtype] * 3
+    empty_k = gt.linear(torch.randn(5, 0, device=device).to(dtype), torch.randn(6, 0, device=device).to(dtype), b[:6],
+                        act=act)
+    assert rel_error(empty_k, {None: b[:6], "relu": F.relu(b[:6]), "gelu": F.gelu(b[:6]), "silu": F.silu(b[:6]),
+                               "gelu_tanh": F.gelu(b[:6], approximate="tanh")}[act].double().expand(5, 6)) <= 1e-3
+
+
+@pytest.mark.parametrize("device", devices())
+def test_operators_pass_opcheck(device):
+    x, w, b = torch.randn(6, 16, device=device), torch.randn(10, 16, device=device), torch.randn(10, device=device)
+    torch.library.opcheck(torch.ops.ge2.gemm_bias_act.default, (x, w, b, "relu", False, True, 1.0))
+    converted = gt.convert(fresh(torch.nn.Sequential(torch.nn.Linear(16, 8)), torch.float32, device))
+    torch.library.opcheck(torch.ops.ge2.module_forward.default, (converted._id, x))
+
+
+@pytest.mark.parametrize("device", devices())
+def test_plan_function(device):
+    g = ge2.Graph()
+    x = g.input("x", (12, 20), "f32")
+    r = g.input("r", (12, 20), "f32")
+    w = torch.randn(20, 20) / 4
+    g.output(g.add(g.activation(g.gemm(x, g.constant("w", w), trans_b=True), "silu"), r), "y")
+    g.output(g.gemm(x, g.constant("w2", w), trans_b=True), "z")
+    fn = gt.PlanFunction(g.compile(gt.context_for(device)))
+    assert fn.input_names == ["x", "r"] and fn.output_names == ["y", "z"]
+    xs, rs = torch.randn(12, 20, device=device), torch.randn(12, 20, device=device)
+    y, z = fn(xs, rs)
+    want_z = xs.double() @ w.double().to(device).T
+    assert rel_error(y, F.silu(want_z) + rs.double()) <= 1e-5 and rel_error(z, want_z) <= 1e-5
+    y2, _ = torch.compile(fn, fullgraph=True, backend="aot_eager")(xs, rs)
+    assert torch.equal(y, y2)
+    with pytest.raises(ge2.InvalidArgumentError, match="1 inputs given; the plan takes 2"):
+        fn(xs)
+
+
+def test_bad_modules_and_inputs_are_refused():
+    class Norm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+            self.norm = torch.nn.LayerNorm(8)
+
+        def forward(self, x):
+            return self.norm(self.fc(x))
+
+    with pytest.raises(ge2.InvalidArgumentError, match=r"module 'norm' \(LayerNorm\) at node 'norm' is not supported"):
+        gt.convert(Norm())
+    with pytest.raises(ge2.InvalidArgumentError, match="a second input"):
+        gt.convert(torch.nn.Bilinear(4, 4, 4))
+    with pytest.raises(ge2.InvalidArgumentError, match="widths"):
+        gt.convert(_Mismatch())
+    with pytest.raises(ge2.InvalidArgumentError, match="Dropout"):
+        gt.convert(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).train())
+    with pytest.raises(TypeError, match="not a torch.nn.Module"):
+        gt.convert(lambda x: x)
+    with pytest.raises(ge2.InvalidArgumentError, match="argument 'tune'"):
+        gt.convert(torch.nn.Linear(4, 4), tune="sometimes")
+    converted = gt.convert(torch.nn.Linear(8, 4))
+    with pytest.raises(ge2.InvalidArgumentError, match=r"last dimension must be 8"):
+        with torch.no_grad():
+            converted(torch.randn(3, 7))
+    with pytest.raises(TypeError, match="torch.float16 but the module's weights are torch.float32"):
+        with torch.no_grad():
+            converted(torch.randn(3, 8).half())
+    with pytest.raises(RuntimeError, match="for inference"):
+        converted(torch.randn(3, 8, requires_grad=True))
+    with pytest.raises(ge2.InvalidArgumentError, match="argument 'act'"):
+        gt.linear(torch.randn(2, 8), torch.randn(4, 8), act="tanh")
+    with pytest.raises(ge2.InvalidArgumentError, match="K = 7"):
+        gt.gemm_bias_act(torch.randn(2, 8), torch.randn(4, 7), trans_b=True)
+
+
+class _Mismatch(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 16), torch.nn.Linear(8, 12)
+
+    def forward(self, x):
+        return self.a(x) * self.b(x)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_of_a_converted_module():
+    if not torch.cuda.is_available():
+        pytest.skip("SKIPPED: no CUDA device")
+    module = fresh(ResidualGelu(256, 1024), torch.float16, "cuda")
+    converted = gt.convert(module)
+    static_x = torch.randn(64, 256, device="cuda", dtype=torch.float16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(side):
+        converted(static_x)  # warm-up: compiles the plan, allocates the stream's workspace
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        static_y = converted(static_x)
+    for _ in range(2):
+        static_x.copy_(torch.randn(64, 256, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_error(static_y, reference(module, static_x)) <= BOUNDS[torch.float16]
