@@ -20,6 +20,7 @@ PyTorch's current stream, so `torch.cuda.graph` captures them after one warm-up 
 compiles the plan and allocates the stream's workspace). They are for inference: none has an
 autograd formula, and calling one on tensors that require grad under autograd raises.
 """
+import ctypes
 import math
 import operator
 import threading
@@ -37,6 +38,8 @@ from ge2._checks import invalid
 __all__ = ["Ge2Module", "PlanFunction", "context_for", "convert", "linear"]
 
 _DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+_DTYPE_CODES = {torch.float16: ge2._capi.DTYPE_F16, torch.bfloat16: ge2._capi.DTYPE_BF16,
+                torch.float32: ge2._capi.DTYPE_F32}
 _TORCH_DTYPES = {ge2._capi.DTYPE_F16: torch.float16, ge2._capi.DTYPE_BF16: torch.bfloat16,
                  ge2._capi.DTYPE_F32: torch.float32}
 
@@ -80,6 +83,14 @@ def _lookup(ident: int, function: str):
     return obj
 
 
+def _compiling() -> bool:
+    """Whether torch.compile / torch.export is tracing (then the custom operators must be called)."""
+    return _is_compiling()
+
+
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: True)
+
+
 def _refuse_grad(function: str, *tensors) -> None:
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         raise RuntimeError(f"{function}: ge2's operators are for inference and have no autograd formula; "
@@ -105,17 +116,64 @@ def _gemm_shape(a: Tensor, b: Tensor, trans_a: bool, trans_b: bool) -> tuple:
     return (m, n)
 
 
-@torch.library.custom_op("ge2::gemm_bias_act", mutates_args=())
-def _gemm_bias_act_op(a: Tensor, b: Tensor, bias: Optional[Tensor], act: str, trans_a: bool, trans_b: bool,
-                      alpha: float) -> Tensor:
+_FAST_GEMMS: dict = {}  # signature of contiguous torch operands -> (ge2 context, GemmParams)
+_FAST_GEMMS_MAX = 1024
+
+
+def _fast_gemm_params(a: Tensor, b: Tensor, bias, act: str, trans_a: bool, trans_b: bool, alpha: float):
+    """(context, GemmParams) for dense operands already checked once by ge2.gemm_bias_act."""
+    key = (a.shape, b.shape, a.dtype, a.device, bias is not None, act, trans_a, trans_b, alpha)
+    found = _FAST_GEMMS.get(key)
+    if found is None:
+        batch = a.shape[0] if a.dim() == 3 else 1
+        m, k = (a.shape[-1], a.shape[-2]) if trans_a else (a.shape[-2], a.shape[-1])
+        n = b.shape[-2] if trans_b else b.shape[-1]
+        params = ge2._capi.GemmParams()
+        ge2._check(ge2._lib.ge2_gemm_params_init_sized(ctypes.byref(params), ctypes.sizeof(params)))
+        params.m, params.n, params.k, params.batch = m, n, k, batch
+        params.trans_a, params.trans_b = trans_a, trans_b
+        params.lda, params.stride_a = a.shape[-1], (a.shape[-2] * a.shape[-1] if batch > 1 else 0)
+        params.ldb, params.stride_b = b.shape[-1], (b.shape[-2] * b.shape[-1] if batch > 1 else 0)
+        params.ldd, params.stride_d = n, (m * n if batch > 1 else 0)
+        params.dtype, params.activation, params.alpha = _DTYPE_CODES[a.dtype], ge2._capi.ACTIVATIONS[act or None], alpha
+        params.has_bias = bias is not None
+        if len(_FAST_GEMMS) >= _FAST_GEMMS_MAX:
+            _FAST_GEMMS.clear()
+        found = _FAST_GEMMS[key] = (context_for(a.device), params)
+    return found
+
+
+def _dense(*tensors) -> bool:
+    return all(t is None or t.is_contiguous() for t in tensors)
+
+
+def _gemm_bias_act_impl(a: Tensor, b: Tensor, bias: Optional[Tensor], act: str, trans_a: bool, trans_b: bool,
+                        alpha: float) -> Tensor:
     out = a.new_empty(_gemm_shape(a, b, trans_a, trans_b))
     if out.numel() == 0:
         return out
     if a.shape[-2 if trans_a else -1] == 0:  # K = 0: the empty sum, then the epilogue
         return _apply_act(out.zero_() if bias is None else out.zero_() + bias, act)
+    key = (a.shape, b.shape, a.dtype, a.device, bias is not None, act, trans_a, trans_b, alpha)
+    if key in _FAST_GEMMS and _dense(a, b, bias) and b.dtype == a.dtype and b.device == a.device and (
+            bias is None or (bias.dtype == a.dtype and bias.device == a.device and bias.shape == out.shape[-1:])):
+        # The signature passed ge2.gemm_bias_act's checks before: only the pointers change.
+        context, params = _FAST_GEMMS[key]
+        stream = ge2._arrays._torch_current_stream(torch, a.device) if a.is_cuda else None
+        ge2._check(ge2._lib.ge2_gemm_bias_act(context.handle, ctypes.byref(params), a.data_ptr(), b.data_ptr(),
+                                              None if bias is None else bias.data_ptr(), out.data_ptr(), stream))
+        return out
     ge2.gemm_bias_act(a, b, bias, act or None, trans_a=trans_a, trans_b=trans_b, alpha=alpha, out=out,
                       context=context_for(a.device))
+    if _dense(a, b, bias):
+        _fast_gemm_params(a, b, bias, act, trans_a, trans_b, alpha)
     return out
+
+
+@torch.library.custom_op("ge2::gemm_bias_act", mutates_args=())
+def _gemm_bias_act_op(a: Tensor, b: Tensor, bias: Optional[Tensor], act: str, trans_a: bool, trans_b: bool,
+                      alpha: float) -> Tensor:
+    return _gemm_bias_act_impl(a, b, bias, act, trans_a, trans_b, alpha)
 
 
 @_gemm_bias_act_op.register_fake
@@ -146,7 +204,9 @@ def gemm_bias_act(a: Tensor, b: Tensor, bias: Tensor | None = None, act: str | N
     `ge2.gemm_bias_act` for the operand rules); returns a new tensor."""
     f = "ge2.torch.gemm_bias_act"
     _refuse_grad(f, a, b, bias)
-    return torch.ops.ge2.gemm_bias_act(a, b, bias, _act_name(act, f), bool(trans_a), bool(trans_b), float(alpha))
+    args = (a, b, bias, _act_name(act, f), bool(trans_a), bool(trans_b), float(alpha))
+    # Eager calls skip the operator's Python dispatch (tens of µs); traced ones need the operator.
+    return torch.ops.ge2.gemm_bias_act(*args) if _compiling() else _gemm_bias_act_impl(*args)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | None = None) -> Tensor:
@@ -175,12 +235,14 @@ def _(plan_id, inputs):
     return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in function.output_specs]
 
 
-class PlanFunction:
-    """A compiled `ge2.Plan` as a function of tensors: `f(*inputs)` binds the plan's inputs in the
-    order of `input_names`, runs it through `torch.ops.ge2.plan_execute` and returns its outputs
-    (new tensors, in the order of `output_names`; a single output is returned as a tensor)."""
+class PlanFunction(torch.nn.Module):
+    """A compiled `ge2.Plan` as a module: `f(*inputs)` binds the plan's inputs in the order of
+    `input_names`, runs it (through `torch.ops.ge2.plan_execute` when traced) and returns its
+    outputs (new tensors, in the order of `output_names`; a single output as a tensor). A module
+    so that torch.compile specialises on the plan it runs."""
 
     def __init__(self, plan: ge2.Plan):
+        super().__init__()
         if not isinstance(plan, ge2.Plan):
             raise TypeError(f"ge2.torch.PlanFunction: argument 'plan' is a {type(plan).__name__}, not a ge2.Plan")
         self.plan = plan
@@ -201,9 +263,9 @@ class PlanFunction:
         self.plan.execute(arrays)
         return outputs
 
-    def __call__(self, *inputs: Tensor):
+    def forward(self, *inputs: Tensor):
         _refuse_grad("ge2.torch.PlanFunction", *inputs)
-        outputs = torch.ops.ge2.plan_execute(self.id, list(inputs))
+        outputs = torch.ops.ge2.plan_execute(self.id, list(inputs)) if _compiling() else self._run(list(inputs))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
@@ -461,15 +523,22 @@ class Ge2Module(torch.nn.Module):
 
     def _run(self, x: Tensor) -> Tensor:
         self._check_input(x)
-        rows = x.reshape(-1, self.in_features).contiguous()
-        y = x.new_empty(rows.shape[0], self.out_features)
-        if rows.shape[0] > 0:
-            self.plan_for(rows).execute({"x": rows, "y": y})
-        return y.reshape(*x.shape[:-1], self.out_features)
+        tokens = x.numel() // self.in_features
+        y = x.new_empty(*x.shape[:-1], self.out_features)
+        if tokens == 0:
+            return y
+        rows = x if x.is_contiguous() else x.contiguous()
+        plan = self.plan_for(rows)
+        # The plan was compiled for exactly this row count, dtype and device, and both arrays are
+        # dense: only the pointers are new, so the binding's per-array checks are skipped.
+        bindings = (ge2._capi.Binding * 2)((b"x", rows.data_ptr()), (b"y", y.data_ptr()))
+        stream = ge2._arrays._torch_current_stream(torch, x.device) if x.is_cuda else None
+        ge2._check(ge2._lib.ge2_plan_execute(plan._handle, bindings, 2, stream))
+        return y
 
     def forward(self, x: Tensor) -> Tensor:
         _refuse_grad("ge2.torch.Ge2Module", x)
-        return torch.ops.ge2.module_forward(self._id, x)
+        return torch.ops.ge2.module_forward(self._id, x) if _compiling() else self._run(x)
 
 
 def convert(module: torch.nn.Module, *, tune: str = "cached", graph_replay: bool = False, fuse: bool = True,
