@@ -205,6 +205,24 @@ TEST_CASE("gpu cutlass: tuning times CUTLASS beside cuBLASLt, stores it, and pic
     REQUIRE(ge2_context_describe(context.get(), &text) == GE2_OK);
     CHECK(nlohmann::json::parse(text)["tuning"]["stale_rows_ignored"] == 3);
   }
+  // Tuning again replaces the stale rows, although they claim to be faster, so
+  // the next process neither ignores them nor tunes again.
+  {
+    ContextPtr context = make_tuning_context(GE2_DEVICE_CUDA, GE2_TUNE_TUNE, db);
+    CHECK_MESSAGE(run_gemm_case(context.get(), memory, c).error <= 1e-2, "retuned");
+    ge2::TuneDb database(db, ge2::TuneDb::Mode::ReadOnly);
+    for (const auto& row : database.list())
+      CHECK_MESSAGE(row.algo.value("configuration", "") != "a configuration of another build",
+                    row.key.to_string());
+  }
+  {
+    ContextPtr context = make_tuning_context(GE2_DEVICE_CUDA, GE2_TUNE_CACHED, db);
+    const auto r = run_gemm_case(context.get(), memory, c);
+    const char* text = nullptr;
+    REQUIRE(ge2_context_describe(context.get(), &text) == GE2_OK);
+    CHECK(nlohmann::json::parse(text)["tuning"]["stale_rows_ignored"] == 0);
+    CHECK_MESSAGE(r.error <= 1e-2, "error " << r.error);
+  }
   std::remove(db.c_str());
 }
 

@@ -63,6 +63,10 @@ TEST_CASE("tunedb: creates the schema, stores and finds exact rows; the faster m
   CHECK(db.find_exact(record(4096, 0).key)->time_us == doctest::Approx(150.0));
   CHECK(db.count() == 1);
   CHECK_FALSE(db.find_exact(record(4000, 0).key).has_value());
+  // A row found unusable (stale configuration) is replaced by a slower new measurement.
+  CHECK(db.upsert(record(4096, 400.0), TuneDb::Replace::Always));
+  CHECK(db.find_exact(record(4096, 0).key)->time_us == doctest::Approx(400.0));
+  CHECK(db.count() == 1);
 }
 
 TEST_CASE("tunedb: bucket look-up finds the nearest tuned size of the same signature") {

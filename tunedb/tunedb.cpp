@@ -384,10 +384,10 @@ std::vector<TuneRecord> TuneDb::find_in_bucket(const TuneKey& key) const {
   return rows;
 }
 
-bool TuneDb::upsert(const TuneRecord& record) {
+bool TuneDb::upsert(const TuneRecord& record, Replace replace) {
   require(writable(), GE2_ERROR_TUNEDB, "tunedb: '{}' is open read-only", path_);
   WriteTransaction transaction(db_.get());
-  const bool changed = upsert_row(record);
+  const bool changed = upsert_row(record, replace);
   transaction.commit();
   return changed;
 }
@@ -396,12 +396,12 @@ std::int64_t TuneDb::upsert_all(const std::vector<TuneRecord>& records) {
   require(writable(), GE2_ERROR_TUNEDB, "tunedb: '{}' is open read-only", path_);
   WriteTransaction transaction(db_.get());
   std::int64_t changed = 0;
-  for (const auto& record : records) changed += upsert_row(record) ? 1 : 0;
+  for (const auto& record : records) changed += upsert_row(record, Replace::IfFaster) ? 1 : 0;
   transaction.commit();
   return changed;
 }
 
-bool TuneDb::upsert_row(const TuneRecord& r) {
+bool TuneDb::upsert_row(const TuneRecord& r, Replace replace) {
   Statement s(
       db_.get(),
       "INSERT INTO tuned_algo (device, cublaslt_version, kernel, signature, m, n, k, batch, "
@@ -414,7 +414,7 @@ bool TuneDb::upsert_row(const TuneRecord& r) {
       "time_us=excluded.time_us,"
       " heuristic_time_us=excluded.heuristic_time_us, gflops=excluded.gflops,"
       " created_at=excluded.created_at, ge2_version=excluded.ge2_version"
-      " WHERE excluded.time_us < tuned_algo.time_us");
+      " WHERE ?19 OR excluded.time_us < tuned_algo.time_us");
   s.bind(1, r.key.device)
       .bind(2, r.key.cublaslt_version)
       .bind(3, r.key.kernel)
@@ -426,6 +426,7 @@ bool TuneDb::upsert_row(const TuneRecord& r) {
       .bind(14, r.time_us)
       .bind(15, r.heuristic_time_us);
   s.bind(16, r.gflops).bind(17, r.created_at).bind(18, r.ge2_version);
+  s.bind(19, std::int64_t{replace == Replace::Always ? 1 : 0});
   s.step();
   return sqlite3_changes(db_.get()) > 0;
 }

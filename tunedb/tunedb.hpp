@@ -2,7 +2,8 @@
 //
 // Concurrency: WAL journal, a busy timeout, and every write in a BEGIN
 // IMMEDIATE transaction, so concurrent tuners serialise their writes and
-// readers never block. An upsert keeps the faster of two measurements.
+// readers never block. An upsert keeps the faster of two measurements, unless
+// told that the stored one was unusable.
 // Schema changes are versioned with PRAGMA user_version and migrated forward.
 #pragma once
 
@@ -43,9 +44,14 @@ class TuneDb {
   // The tuned entry of the same signature whose sizes fall in the key's buckets,
   // nearest in size first.
   std::vector<TuneRecord> find_in_bucket(const TuneKey& key) const;
-  // Inserts, or replaces an existing row only if the new one is faster. Returns
-  // whether the stored row changed.
-  bool upsert(const TuneRecord& record);
+  // What an upsert does to an existing row of the same key.
+  enum class Replace {
+    IfFaster,  // keep the faster of two measurements (two processes tuning one key)
+    Always,    // the stored row was found unusable (stale configuration, rejected algorithm)
+  };
+  // Inserts, or replaces an existing row as `replace` says. Returns whether the
+  // stored row changed.
+  bool upsert(const TuneRecord& record, Replace replace = Replace::IfFaster);
   // Upserts every record in one transaction (all or nothing); returns how many
   // stored rows changed.
   std::int64_t upsert_all(const std::vector<TuneRecord>& records);
@@ -71,7 +77,7 @@ class TuneDb {
   std::int64_t pragma_integer(const char* name) const;
   void migrate();
   void exec(const char* sql) const;
-  bool upsert_row(const TuneRecord& record);  // inside the caller's transaction
+  bool upsert_row(const TuneRecord& record, Replace replace);  // in the caller's transaction
 
   std::string path_;
   Mode mode_;

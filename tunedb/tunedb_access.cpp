@@ -70,9 +70,9 @@ std::vector<TuneRecord> TuneDbAccess::find_in_bucket(const TuneKey& key) {
                  [&](TuneDb& db) { return db.find_in_bucket(key); });
 }
 
-void TuneDbAccess::store(const TuneRecord& record) {
+void TuneDbAccess::store(const TuneRecord& record, TuneDb::Replace replace) {
   if (!writable()) return;
-  guarded("storing a tuned result", false, [&](TuneDb& db) { return db.upsert(record); });
+  guarded("storing a tuned result", false, [&](TuneDb& db) { return db.upsert(record, replace); });
 }
 
 nlohmann::json TuneDbAccess::describe() const {

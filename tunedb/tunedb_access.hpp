@@ -34,7 +34,7 @@ class TuneDbAccess {
   std::vector<TuneRecord> find_in_bucket(const TuneKey& key);
   // Stores a tuned result when the database is writable; a failure keeps the
   // result in memory only (warned once, counted).
-  void store(const TuneRecord& record);
+  void store(const TuneRecord& record, TuneDb::Replace replace = TuneDb::Replace::IfFaster);
 
   int errors() const { return errors_; }
   nlohmann::json describe() const;

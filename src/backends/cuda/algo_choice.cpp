@@ -61,7 +61,7 @@ std::optional<AlgoChoice> AlgoChooser::from_record(const LtMatmul& matmul, const
   return std::nullopt;
 }
 
-AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key) {
+AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key, TuneDb::Replace replace) {
   cudaDeviceProp props{};
   int device = 0;
   GE2_CUDA_CHECK(cudaGetDevice(&device));
@@ -82,7 +82,7 @@ AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key) {
                       gflops,
                       utc_now(),
                       GE2_VERSION_STRING};
-    db_.store(record);
+    db_.store(record, replace);
     TuneRecord fallback{fallback_key,
                         nlohmann::json::object(),
                         0,
@@ -106,16 +106,19 @@ AlgoChoice AlgoChooser::choose(LtMatmul& matmul) {
   if (auto it = choices_.find(text); it != choices_.end()) return it->second;
   AlgoChoice choice;
   bool found = false;
+  auto replace = TuneDb::Replace::IfFaster;
   if (mode_ != GE2_TUNE_OFF) {
     if (auto row = db_.find_exact(key)) {
       if (auto c = from_record(matmul, *row, "tunedb")) {
         choice = *c;
         found = true;
+      } else {
+        replace = TuneDb::Replace::Always;
       }
     }
   }
   if (!found && mode_ == GE2_TUNE_TUNE) {
-    choice = tune_now(matmul, key);
+    choice = tune_now(matmul, key, replace);
     found = true;
   }
   if (!found && mode_ == GE2_TUNE_CACHED) {
@@ -141,28 +144,30 @@ std::optional<double> AlgoChooser::measured(KernelId kernel, const GemmProblem& 
   std::lock_guard lock(mutex_);
   if (auto it = measured_.find(text); it != measured_.end()) return it->second;
   std::optional<double> time;
+  auto replace = TuneDb::Replace::IfFaster;
   if (auto row = db_.find_exact(key)) {
     const bool cutlass = is_cutlass_kernel(kernel);
     if (!cutlass || (cutlass_timer_ && cutlass_timer_->row_matches(kernel, problem, row->algo))) {
       time = row->time_us;
     } else {
       ++stale_rows_;
+      replace = TuneDb::Replace::Always;
       logger_(LogLevel::Warning,
               "ignoring tunedb row for {}: its configuration {} is not this build's", text,
               row->algo.dump());
     }
   }
-  if (!time && mode_ == GE2_TUNE_TUNE) time = measure_now(kernel, problem, key);
+  if (!time && mode_ == GE2_TUNE_TUNE) time = measure_now(kernel, problem, key, replace);
   measured_.insert_or_assign(text, time);
   return time;
 }
 
 std::optional<double> AlgoChooser::measure_now(KernelId kernel, const GemmProblem& problem,
-                                               const TuneKey& key) {
+                                               const TuneKey& key, TuneDb::Replace replace) {
   const std::string text = key.to_string();
   if (is_cublaslt_kernel(kernel)) {
     // Tuning it also times cuda_f32 on the problem, and makes the tuned
-    // algorithm the one its step will run.
+    // algorithm the one its step will run; choose() sees a stale row itself.
     std::optional<LtMatmul> matmul;
     try {
       matmul.emplace(handle_, problem, kernel);
@@ -179,7 +184,8 @@ std::optional<double> AlgoChooser::measure_now(KernelId kernel, const GemmProble
   ++tuned_;
   if (db_.writable())
     db_.store({key, timed->config, 0, timed->time_us, 0, problem.flops() / (timed->time_us * 1e3),
-               utc_now(), GE2_VERSION_STRING});
+               utc_now(), GE2_VERSION_STRING},
+              replace);
   return timed->time_us;
 }
 

@@ -60,12 +60,14 @@ class AlgoChooser {
  private:
   std::optional<AlgoChoice> from_record(const LtMatmul& matmul, const TuneRecord& record,
                                         std::string source);
-  AlgoChoice tune_now(LtMatmul& matmul, const TuneKey& key);
+  // `replace`: the stored row of `key` was unusable, so the new result replaces
+  // it even when slower (else it would be tuned again in every process).
+  AlgoChoice tune_now(LtMatmul& matmul, const TuneKey& key, TuneDb::Replace replace);
   // The measured step time of `kernel` on `problem`: from this process, the
   // database, or (tuning mode) measured now, for every kernel family.
   std::optional<double> measured(KernelId kernel, const GemmProblem& problem);
-  std::optional<double> measure_now(KernelId kernel, const GemmProblem& problem,
-                                    const TuneKey& key);
+  std::optional<double> measure_now(KernelId kernel, const GemmProblem& problem, const TuneKey& key,
+                                    TuneDb::Replace replace);
 
   cublasLtHandle_t handle_;
   DeviceInfo device_;
