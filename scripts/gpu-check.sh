@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 through the device tool (see docs/gpu-validation.md):
-#   scripts/gpu-check.sh [tests|cutlass|epilogue|reliability|sanitize|tune|notebook|profile|ffn|torch|bench|all]...
+#   scripts/gpu-check.sh [tests|cutlass|epilogue|reliability|sanitize|tune|notebook|profile|ffn|torch|skinny|bench|all]...
 # Uses the build folder made on the development machine (build-gpu, carried;
 # the device lacks sqlite3.h), runs the gpu-labelled tests, the sample, the
 # sanitizers and the benchmarks, and prints a short table last. Logs go to $OUT.
@@ -136,6 +136,17 @@ for mode in $modes; do
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python \
       python3 "$ROOT/bench/torch_ops.py" --out "$OUT" > "$OUT/torch_ops.log" 2>&1
     note "torch_ops bench: exit $? (torch_ops.log)"
+    ;;&
+  skinny | all)
+    # cuda_skinny: its GPU cases (also under memcheck) and decode-sized layers against cuBLASLt and PyTorch.
+    "$BUILD/tests/ge2_gpu_tests" -tc='gpu skinny*' > "$OUT/gpu_skinny.log" 2>&1
+    note "gpu skinny cases: exit $? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_skinny.log" | tr '\n' ' ')"
+    compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" \
+      -tc='gpu skinny: each*' > "$OUT/sanitizer-skinny.log" 2>&1
+    note "compute-sanitizer memcheck (skinny cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-skinny.log" | tail -1))"
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$ROOT/bench \
+      timeout "${SKINNY_TIMEOUT:-300}" python3 "$ROOT/bench/skinny_layers.py" --out "$OUT" ${SKINNY_ARGS:-} > "$OUT/skinny_layers.log" 2>&1
+    note "skinny layers: exit $? (skinny_layers.log)"
     ;;&
   ffn | all)
     # FFN blocks against PyTorch eager, CUDA graph (and torch.compile with FFN_ARGS=--compile).

@@ -126,6 +126,41 @@ GemmProblem linear(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) 
 
 }  // namespace
 
+TEST_CASE("selector: cuda_skinny takes decode-sized GEMMs on nn.Linear weights, and says why not") {
+  const DeviceInfo h200 = synthetic_h200();
+  for (DType dtype : {DType::F16, DType::BF16, DType::F32}) {
+    for (std::int64_t m : {1, 3, 8}) {
+      for (Activation act : {Activation::None, Activation::GeluErf, Activation::Silu}) {
+        GemmProblem p = linear(dtype, m, 11008, 4096);
+        p.act = act;
+        const auto s = select_gemm_kernel(p, h200, {});
+        CAPTURE(m);
+        CHECK(s.kernel == KernelId::CudaSkinny);
+      }
+    }
+    const auto refused = [&](const GemmProblem& p) {
+      const auto s = select_gemm_kernel(p, h200, {});
+      CHECK(s.kernel != KernelId::CudaSkinny);
+      return candidate(s, KernelId::CudaSkinny).reason;
+    };
+    CHECK(refused(linear(dtype, 9, 11008, 4096)).find("M = 9 is more rows") != std::string::npos);
+    CHECK(refused(problem(dtype, 1, 11008, 4096)).find("not K-contiguous") != std::string::npos);
+    CHECK(refused(linear(dtype, 1, 11008, 4095)).find("K = 4095 is not a multiple") !=
+          std::string::npos);
+    CHECK(refused(linear(dtype, 1, 512, 4096)).find("fewer than the 132 SMs") != std::string::npos);
+    // A batch over one weight folds into M while the rows fit.
+    GemmProblem batched = linear(dtype, 2, 4096, 4096);
+    batched.batch = 4;
+    batched.a = {4, 2, 4096, 2 * 4096, 4096, 1};
+    batched.d = {4, 2, 4096, 2 * 4096, 4096, 1};
+    CHECK(skinny_problem(batched).m == 8);
+    CHECK(select_gemm_kernel(batched, h200, {}).kernel == KernelId::CudaSkinny);
+    batched.batch = 5;
+    batched.a.batch = batched.d.batch = 5;
+    CHECK(skinny_problem(batched).m == 2);  // 10 rows would not fit: batched launch
+  }
+}
+
 TEST_CASE("selector: CUTLASS kernels are scored but chosen only on a measured time or forced") {
   const DeviceInfo h200 = synthetic_h200();
   for (DType dtype : {DType::F16, DType::BF16}) {
@@ -138,7 +173,7 @@ TEST_CASE("selector: CUTLASS kernels are scored but chosen only on a measured ti
         p.act = act;
         CAPTURE(activation_name(act));
         const auto s = select_gemm_kernel(p, h200, {});
-        CHECK(s.kernel == lt);
+        CHECK(s.kernel == (p.m <= kSkinnyMaxRows ? KernelId::CudaSkinny : lt));
         const Candidate& c = candidate(s, coop);
         CHECK(c.feasible);
         CHECK(c.estimated_us > 0);

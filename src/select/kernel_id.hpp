@@ -24,16 +24,21 @@ enum class KernelId {
   CutlassBf16Pingpong,
   CutlassBf16Pingpong128,
   CudaF32,
+  CudaSkinny,
   CpuRef
 };
-inline constexpr int kKernelCount = 12;
+inline constexpr int kKernelCount = 13;
 
 // Cutlass: ge2's own sm90a kernels (src/backends/cuda/cutlass/), one row per
 // tile configuration; they compute every activation in the epilogue.
-enum class KernelFamily { Cublaslt, Cutlass, CudaFallback, CpuReference };
+// CudaSkinny: ge2's own kernel for a few rows (decode), which streams the weight.
+enum class KernelFamily { Cublaslt, Cutlass, CudaFallback, CudaSkinny, CpuReference };
 
 // The selector's cost model of one kernel on a 132-SM Hopper part (scaled by SM
 // count on others). It only has to rank kernels; docs/selector.md has the fit.
+// cuda_skinny's limits, shared by the selector's layout rule and the kernel.
+inline constexpr int kSkinnyMaxRows = 8, kSkinnyColumnsPerBlock = 8;
+
 struct KernelCost {
   double peak_tflops;         // large aligned problems
   double launch_us;           // fixed cost of one step, as an event-timed execute sees it
@@ -146,6 +151,16 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      false,
      0,
      {13.0, 14.0, 0.10, 64, 64}},
+    // Up to 8 rows against a K-contiguous weight: a GEMV-like stream of B, one
+    // warp per output column, 8 columns per block (src/backends/cuda/skinny_gemm.cu).
+    // Its fp32 CUDA-core math bounds it as the rows grow.
+    {KernelId::CudaSkinny,
+     "cuda_skinny",
+     KernelFamily::CudaSkinny,
+     std::nullopt,
+     false,
+     70,
+     {20.0, 5.0, 0.85, 8, 8}},
     {KernelId::CpuRef,
      "cpu_ref",
      KernelFamily::CpuReference,

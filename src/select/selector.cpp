@@ -174,6 +174,41 @@ std::string cutlass_layout_problem(const GemmProblem& problem) {
   return "";
 }
 
+GemmProblem skinny_problem(const GemmProblem& problem) {
+  const GemmProblem folded = fold_batch_into_m(problem);
+  return folded.m <= kSkinnyMaxRows ? folded : problem;
+}
+
+std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& device) {
+  const GemmProblem p = skinny_problem(problem);
+  const std::int64_t vector = 16 / static_cast<std::int64_t>(dtype_size(p.dtype));
+  const MatrixView a = p.op_a(), b = p.op_b();
+  if (p.m > kSkinnyMaxRows)
+    return fmt::format("M = {} is more rows than it takes ({})", p.m, kSkinnyMaxRows);
+  if (a.col_stride != 1 && a.cols != 1) return "op(A) is not row-major (K is not contiguous)";
+  if (b.row_stride != 1 && b.rows != 1)
+    return "op(B) is not K-contiguous (it takes B as an [N, K] weight, trans_b)";
+  if (p.d.col_stride != 1) return "D is not row-major";
+  if (p.has_c && p.c.col_stride != 1) return "C is not row-major";
+  if (p.k % vector != 0) return fmt::format("K = {} is not a multiple of {}", p.k, vector);
+  for (auto [name, stride] :
+       {std::pair{"A's row stride", a.row_stride}, std::pair{"B's row stride", b.col_stride},
+        std::pair{"A's batch stride", a.batch_stride},
+        std::pair{"B's batch stride", b.batch_stride}})
+    if (stride % vector != 0)
+      return fmt::format("{} ({} elements) is not a multiple of 16 bytes", name, stride);
+  constexpr std::int64_t kIntMax = 2147483647;
+  if (p.n > kIntMax || p.k > kIntMax || p.batch > 65535)
+    return "N or K exceeds 2^31 - 1, or the batch 65535";
+  // One block per SM at least: fewer columns leave most of the chip idle
+  // while one warp streams each weight row.
+  const std::int64_t blocks = (p.n + kSkinnyColumnsPerBlock - 1) / kSkinnyColumnsPerBlock * p.batch;
+  if (blocks < std::max(1, device.sm_count))
+    return fmt::format("N = {} gives {} blocks of {} columns, fewer than the {} SMs", p.n, blocks,
+                       kSkinnyColumnsPerBlock, device.sm_count);
+  return "";
+}
+
 bool is_tensor_core_aligned(const GemmProblem& p) {
   const std::int64_t elements_per_16b = 16 / static_cast<std::int64_t>(dtype_size(p.dtype));
   auto aligned = [&](const MatrixView& v, bool used) {
@@ -202,6 +237,8 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
       reason = layout_problem;
     if (reason.empty() && is_cutlass_kernel(kernel) && !cutlass_problem.empty())
       reason = cutlass_problem;
+    if (reason.empty() && kernel_info(kernel).family == KernelFamily::CudaSkinny)
+      reason = skinny_layout_problem(problem, device);
     if (!reason.empty()) {
       candidate.reason = reason;
       selection.candidates.push_back(candidate);

@@ -48,6 +48,13 @@ std::string cublaslt_layout_problem(const GemmProblem& problem);
 // and a batch that either has its own operands or folds into M. Empty when they
 // can, else the reason (the plan shows it).
 std::string cutlass_layout_problem(const GemmProblem& problem);
+// The problem cuda_skinny runs: the batch folded into M where that keeps M within
+// its rows, else the batch as it is.
+GemmProblem skinny_problem(const GemmProblem& problem);
+// Whether cuda_skinny can run the problem on `device`: at most kSkinnyMaxRows rows,
+// K contiguous in op(A) and op(B) with rows and batch strides of 16-byte
+// multiples, row-major C and D, and enough columns to give every SM a block.
+std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& device);
 // The problem with a batch folded into M where its operands allow (B shared by
 // every batch, A, C and D batches back to back); else unchanged.
 GemmProblem fold_batch_into_m(const GemmProblem& problem);

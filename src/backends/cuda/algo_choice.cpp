@@ -146,8 +146,10 @@ std::optional<double> AlgoChooser::measured(KernelId kernel, const GemmProblem& 
   std::optional<double> time;
   auto replace = TuneDb::Replace::IfFaster;
   if (auto row = db_.find_exact(key)) {
-    const bool cutlass = is_cutlass_kernel(kernel);
-    if (!cutlass || (cutlass_timer_ && cutlass_timer_->row_matches(kernel, problem, row->algo))) {
+    // Rows of ge2's own families carry their configuration: one of another build is stale.
+    FamilyTimer* timer = timer_of(kernel);
+    const bool own = is_cutlass_kernel(kernel) || timer != nullptr;
+    if (!own || (timer && timer->row_matches(kernel, problem, row->algo))) {
       time = row->time_us;
     } else {
       ++stale_rows_;
@@ -178,8 +180,9 @@ std::optional<double> AlgoChooser::measure_now(KernelId kernel, const GemmProble
     const auto it = measured_.find(text);
     return it != measured_.end() ? it->second : std::nullopt;
   }
-  if (!is_cutlass_kernel(kernel) || !cutlass_timer_) return std::nullopt;
-  const std::optional<TimedKernel> timed = cutlass_timer_->time(kernel, problem);
+  FamilyTimer* timer = timer_of(kernel);
+  if (timer == nullptr) return std::nullopt;
+  const std::optional<TimedKernel> timed = timer->time(kernel, problem);
   if (!timed) return std::nullopt;
   ++tuned_;
   if (db_.writable())
@@ -187,6 +190,11 @@ std::optional<double> AlgoChooser::measure_now(KernelId kernel, const GemmProble
                utc_now(), GE2_VERSION_STRING},
               replace);
   return timed->time_us;
+}
+
+FamilyTimer* AlgoChooser::timer_of(KernelId kernel) const {
+  const auto it = timers_.find(kernel_info(kernel).family);
+  return it == timers_.end() ? nullptr : it->second.get();
 }
 
 MeasuredTime AlgoChooser::measured_times() {

@@ -48,8 +48,11 @@ class AlgoChooser {
               const std::string& tunedb_path, std::size_t workspace_bytes, const Logger& logger);
   ~AlgoChooser();
 
-  // Times the CUTLASS rows in tuning mode and validates their stored rows.
-  void set_cutlass_timer(std::unique_ptr<FamilyTimer> timer) { cutlass_timer_ = std::move(timer); }
+  // Times the rows of `family` (one of ge2's own kernel families) in tuning mode
+  // and validates their stored rows.
+  void set_family_timer(KernelFamily family, std::unique_ptr<FamilyTimer> timer) {
+    timers_[family] = std::move(timer);
+  }
 
   AlgoChoice choose(LtMatmul& matmul);
   // cuBLASLt's first choice for pointers aligned to `alignment` bytes.
@@ -79,7 +82,8 @@ class AlgoChooser {
   std::unordered_map<std::string, std::optional<double>> measured_;
   Logger logger_;
   TuneDbAccess db_;
-  std::unique_ptr<FamilyTimer> cutlass_timer_;
+  std::unordered_map<KernelFamily, std::unique_ptr<FamilyTimer>> timers_;
+  FamilyTimer* timer_of(KernelId kernel) const;
   int stale_rows_ = 0, tuned_ = 0;
 };
 

@@ -73,9 +73,12 @@ class CudaBackend final : public Backend {
                                              kWorkspaceBytes, logger);
 #ifdef GE2_WITH_CUTLASS
     if (cutlass_usable())
-      chooser_->set_cutlass_timer(make_cutlass_timer(ordinal, device_.sm_count, props.l2CacheSize,
-                                                     kWorkspaceBytes, logger));
+      chooser_->set_family_timer(KernelFamily::Cutlass,
+                                 make_cutlass_timer(ordinal, device_.sm_count, props.l2CacheSize,
+                                                    kWorkspaceBytes, logger));
 #endif
+    chooser_->set_family_timer(KernelFamily::CudaSkinny,
+                               make_skinny_timer(device_, props.l2CacheSize, logger));
   }
 
   ge2_device_kind_t kind() const override { return GE2_DEVICE_CUDA; }
@@ -96,9 +99,10 @@ class CudaBackend final : public Backend {
   // and only in builds with CUTLASS.
   std::span<const KernelId> gemm_kernels() const override {
     static constexpr auto kOffered =
-        kernels_of<KernelFamily::Cublaslt, KernelFamily::CudaFallback>();
+        kernels_of<KernelFamily::Cublaslt, KernelFamily::CudaFallback, KernelFamily::CudaSkinny>();
     static constexpr auto kWithCutlass =
-        kernels_of<KernelFamily::Cublaslt, KernelFamily::Cutlass, KernelFamily::CudaFallback>();
+        kernels_of<KernelFamily::Cublaslt, KernelFamily::Cutlass, KernelFamily::CudaFallback,
+                   KernelFamily::CudaSkinny>();
     if (cutlass_usable()) return kWithCutlass;
     return kOffered;
   }
@@ -123,6 +127,13 @@ class CudaBackend final : public Backend {
     require(kernel != KernelId::CpuRef, GE2_ERROR_UNSUPPORTED,
             "the CUDA backend cannot run kernel 'cpu_ref'");
     if (kernel == KernelId::CudaF32) return make_fallback_gemm_step(problem, slots);
+    if (kernel == KernelId::CudaSkinny) {
+      const KernelId lt = problem.dtype == DType::BF16  ? KernelId::LtBf16
+                          : problem.dtype == DType::F16 ? KernelId::LtF16
+                                                        : KernelId::LtF32;
+      return make_skinny_gemm_step(problem, slots, device_,
+                                   make_lt_gemm_step(lt_.get(), problem, lt, slots, *chooser_));
+    }
 #ifdef GE2_WITH_CUTLASS
     if (is_cutlass_kernel(kernel)) {
       const KernelId lt = problem.dtype == DType::BF16 ? KernelId::LtBf16 : KernelId::LtF16;

@@ -31,6 +31,14 @@ std::unique_ptr<Step> make_cutlass_gemm_step(const GemmProblem& problem, KernelI
 // Times the CUTLASS rows for the tuning mode (CUTLASS builds only).
 std::unique_ptr<FamilyTimer> make_cutlass_timer(int device, int sm_count, int l2_bytes,
                                                 std::size_t workspace_bytes, const Logger& logger);
+// cuda_skinny for decode-sized M; `unaligned_fallback` runs executions whose A
+// or B pointer is not 16-byte aligned.
+std::unique_ptr<Step> make_skinny_gemm_step(const GemmProblem& problem, const GemmSlots& slots,
+                                            const DeviceInfo& device,
+                                            std::unique_ptr<Step> unaligned_fallback);
+// Times cuda_skinny for the tuning mode.
+std::unique_ptr<FamilyTimer> make_skinny_timer(const DeviceInfo& device, int l2_bytes,
+                                               const Logger& logger);
 // cuda_f32: any dtype, layout and epilogue.
 std::unique_ptr<Step> make_fallback_gemm_step(const GemmProblem& problem, const GemmSlots& slots);
 std::unique_ptr<Step> make_elementwise_step(const ElementwiseProblem& problem,

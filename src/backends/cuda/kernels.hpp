@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "ir/kernel_problems.hpp"
+#include "select/kernel_id.hpp"
 
 namespace ge2::cuda {
 
@@ -29,5 +30,11 @@ void launch_copy_matrix(DType dtype, const MatrixView& src, const void* src_data
 
 // Tiles of the fallback kernel, exported for the plan text.
 inline constexpr int kFallbackTileM = 64, kFallbackTileN = 64, kFallbackTileK = 16;
+
+// cuda_skinny: D = act(alpha * A * op(B) + beta * C + bias) for M <= kSkinnyMaxRows
+// rows, op(A) and op(B) K-contiguous with 16-byte-aligned rows (the selector's
+// skinny_layout_problem), A and B at 16-byte-aligned addresses.
+void launch_skinny_gemm(const GemmProblem& problem, const void* a, const void* b, const void* c,
+                        const void* bias, void* d, cudaStream_t stream);
 
 }  // namespace ge2::cuda

@@ -1,0 +1,100 @@
+"""Decode-sized layers, y = act(x @ W^T + b) with W in nn.Linear's [out, in] layout and a few
+rows of x: ge2's cuda_skinny kernel against ge2 on cuBLASLt and against PyTorch, one process,
+same tensors.
+
+Contenders per shape and dtype (none: bias only; erf: bias + exact GELU):
+  torch_{none,erf}       F.linear(x, W, b) / F.gelu(F.linear(x, W, b))
+  ge2_{none,erf}         ge2's default choice (the plan's kernel is recorded)
+  ge2_{none,erf}_skinny  forced cuda_skinny
+  ge2_{none,erf}_lt      forced cuBLASLt (erf: GEMM + bias, then the separate pass)
+Two timings of each: "device", one call captured in a CUDA graph and replayed back to back
+(kernels only), and "eager", the Python call itself back to back (host cost included, as a
+user calls it). Medians over groups rotated ABBA. GB/s counts W, x and y once.
+
+    python3 bench/skinny_layers.py --out DIR [--dtypes f16 bf16] [--rows 1 2 4 8 16] [--groups 9]
+"""
+import argparse
+import json
+import os
+
+SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (4096, 14336), (8192, 8192),
+          (2048, 1024)]  # (N, K): out features, in features
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--dtypes", nargs="+", default=["f16", "bf16"])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--groups", type=int, default=9)
+    args = parser.parse_args()
+    import torch  # after argparse: --help works without torch
+    import torch.nn.functional as F
+
+    import ge2
+    from ffn_blocks import cuda_graphed, time_contenders
+
+    torch.manual_seed(0)
+    ctx = ge2.Context(device="cuda", tunedb="")
+    rows = []
+    for dtype_name in args.dtypes:
+        dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
+        for n, k in SHAPES:
+            w = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5
+            b = torch.randn(n, device="cuda", dtype=dtype)
+            for m in args.rows:
+                x = torch.randn(m, k, device="cuda", dtype=dtype)
+                ref = x.double() @ w.double().T + b.double()
+                refs = {"none": ref, "erf": F.gelu(ref)}
+                runs, outs, kernels = {}, {}, {}
+                for act, name in ((None, "none"), ("gelu", "erf")):
+                    for suffix, force in (("", None), ("_skinny", "cuda_skinny"), ("_lt", f"lt_{dtype_name}")):
+                        g = ge2.Graph()
+                        vx, vw, vb = g.input("x", (m, k), dtype_name), g.input("w", (n, k), dtype_name), \
+                            g.input("b", (n,), dtype_name)
+                        g.output(g.gemm_bias_act(vx, vw, vb, act=act, trans_b=True), "y")
+                        try:
+                            plan = g.compile(ctx, force_kernel=force)
+                        except ge2.Ge2Error as e:  # cuda_skinny refused (rows, columns): say why
+                            kernels[f"ge2_{name}{suffix}"] = f"refused: {e}"
+                            continue
+                        y = torch.empty(m, n, device="cuda", dtype=dtype)
+                        key = f"ge2_{name}{suffix}"
+                        runs[key] = lambda p=plan, y=y: p.execute({"x": x, "w": w, "b": b, "y": y})
+                        outs[key] = y
+                        kernels[key] = [s["selection"]["kernel"] for s in plan.describe()["steps"]
+                                        if "selection" in s][0]
+                runs["torch_none"] = lambda: outs.__setitem__("torch_none", F.linear(x, w, b))
+                runs["torch_erf"] = lambda: outs.__setitem__("torch_erf", F.gelu(F.linear(x, w, b)))
+                with torch.no_grad():
+                    for fn in runs.values():
+                        fn()
+                    torch.cuda.synchronize()
+                    errors = {key: ((outs[key].double() - refs[key.split("_")[1]]).norm() /
+                                    refs[key.split("_")[1]].norm()).item() for key in outs}
+                    device = time_contenders({key: cuda_graphed(lambda _x, fn=fn: fn(), x)
+                                              for key, fn in runs.items()}, args.groups, 20)
+                    eager = time_contenders(runs, args.groups, 20)
+                gbytes = (n * k + m * k + m * n) * x.element_size() / 1e9
+                row = {"dtype": dtype_name, "m": m, "n": n, "k": k, "device_us": device, "eager_us": eager,
+                       "device_gbs": {key: gbytes / (t * 1e-6) for key, t in device.items()},
+                       "rel_error": errors, "kernels": kernels}
+                rows.append(row)
+                best = lambda d, key: d.get(key, float("nan"))  # noqa: E731
+                print(f"{dtype_name} {m:2d}x{n}x{k}: device none skinny {best(device, 'ge2_none_skinny'):6.1f} "
+                      f"lt {best(device, 'ge2_none_lt'):6.1f} torch {device['torch_none']:6.1f} | erf default "
+                      f"{device['ge2_erf']:6.1f} ({kernels['ge2_erf']}) skinny {best(device, 'ge2_erf_skinny'):6.1f} "
+                      f"lt+pass {best(device, 'ge2_erf_lt'):6.1f} torch {device['torch_erf']:6.1f} | eager erf "
+                      f"default {eager['ge2_erf']:6.1f} torch {eager['torch_erf']:6.1f} | skinny "
+                      f"{row['device_gbs'].get('ge2_none_skinny', 0):6.0f} GB/s | max err "
+                      f"{max(errors.values()):.1e}", flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "skinny_layers.json"), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "ge2": ge2.__version__,
+                   "command": "python3 bench/skinny_layers.py " + " ".join(
+                       f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items()),
+                   "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

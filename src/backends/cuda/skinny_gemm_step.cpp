@@ -1,0 +1,119 @@
+// The cuda_skinny step (decode-sized GEMMs) and its timer for the tuning mode.
+#include <fmt/format.h>
+
+#include <cstdint>
+
+#include "backends/cuda/gemm_steps.hpp"
+#include "backends/cuda/kernels.hpp"
+#include "backends/cuda/timing_rig.hpp"
+#include "core/error.hpp"
+#include "select/selector.hpp"
+
+namespace ge2::cuda {
+namespace {
+
+bool vector_aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+std::string configuration() {
+  return fmt::format("one warp per column, {} columns per block, up to {} rows, fp32 accumulation",
+                     kSkinnyColumnsPerBlock, kSkinnyMaxRows);
+}
+
+class SkinnyGemmStep final : public Step {
+ public:
+  SkinnyGemmStep(const GemmProblem& problem, const GemmSlots& slots, const DeviceInfo& device,
+                 std::unique_ptr<Step> unaligned_fallback)
+      : problem_(skinny_problem(problem)),
+        folded_(problem_.batch != problem.batch),
+        slots_(slots),
+        fallback_(std::move(unaligned_fallback)) {
+    const std::string layout = skinny_layout_problem(problem, device);
+    require(layout.empty(), GE2_ERROR_UNSUPPORTED, "cuda_skinny: {}", layout);
+  }
+
+  void run(const ExecState& s) override {
+    const void* a = slot_pointer(s, slots_.a);
+    const void* b = slot_pointer(s, slots_.b);
+    // A and B are read as 16-byte vectors; C, bias and D element by element.
+    if (!vector_aligned(a) || !vector_aligned(b)) {
+      fallback_->run(s);
+      return;
+    }
+    launch_skinny_gemm(problem_, a, b, slot_pointer(s, slots_.c), slot_pointer(s, slots_.bias),
+                       slot_pointer(s, slots_.d), static_cast<cudaStream_t>(s.stream));
+  }
+
+  nlohmann::json describe() const override {
+    nlohmann::json j = {
+        {"name", "cuda_skinny"},
+        {"configuration", configuration()},
+        {"epilogue",
+         fmt::format("fused: alpha*acc{}{}, {}", problem_.has_c ? " + beta*C" : "",
+                     problem_.has_bias ? " + bias" : "", activation_name(problem_.act))},
+        {"separate_activation_kernel", false},
+        {"unaligned_pointers_run", fallback_ ? fallback_->describe().value("name", "") : ""}};
+    if (folded_) j["batch_folded_into_m"] = problem_.m;
+    return j;
+  }
+
+ private:
+  GemmProblem problem_;
+  bool folded_;
+  GemmSlots slots_;
+  std::unique_ptr<Step> fallback_;
+};
+
+// Times cuda_skinny on the tuner's rig after checking it against cuda_f32.
+class SkinnyTimer final : public FamilyTimer {
+ public:
+  SkinnyTimer(const DeviceInfo& device, int l2_bytes, const Logger& logger)
+      : device_(device), l2_bytes_(l2_bytes), logger_(logger) {}
+
+  std::optional<TimedKernel> time(KernelId kernel, const GemmProblem& original) override {
+    if (!skinny_layout_problem(original, device_).empty()) return std::nullopt;
+    const GemmProblem problem = skinny_problem(original);
+    TimingRig rig(problem, l2_bytes_, 0);
+    rig.clear(rig.reference());
+    const LtPointers r = rig.pointers(0, rig.reference());
+    launch_fallback_gemm(problem, r.a, r.b, r.c, r.bias, r.d, rig.stream());
+    auto run = [&](int set) {
+      const LtPointers q = rig.pointers(set, rig.output());
+      launch_skinny_gemm(problem, q.a, q.b, q.c, q.bias, q.d, rig.stream());
+    };
+    rig.clear(rig.output());
+    run(0);
+    const double difference = rig.difference_from_reference();
+    if (!(difference <= agreement_bound(problem.dtype, false))) {
+      logger_(
+          LogLevel::Warning,
+          "tuning: {} disagrees with cuda_f32 on GEMM {} (relative difference {:.3g}); not timed",
+          kernel_name(kernel), problem.shape_string(), difference);
+      return std::nullopt;
+    }
+    return TimedKernel{rig.median_us(run), {{"configuration", configuration()}}};
+  }
+
+  bool row_matches(KernelId, const GemmProblem&, const nlohmann::json& stored) const override {
+    return stored.is_object() && stored.value("configuration", "") == configuration();
+  }
+
+ private:
+  DeviceInfo device_;
+  int l2_bytes_;
+  Logger logger_;
+};
+
+}  // namespace
+
+std::unique_ptr<Step> make_skinny_gemm_step(const GemmProblem& problem, const GemmSlots& slots,
+                                            const DeviceInfo& device,
+                                            std::unique_ptr<Step> unaligned_fallback) {
+  return std::make_unique<SkinnyGemmStep>(problem, slots, device, std::move(unaligned_fallback));
+}
+
+std::unique_ptr<FamilyTimer> make_skinny_timer(const DeviceInfo& device, int l2_bytes,
+                                               const Logger& logger) {
+  return std::make_unique<SkinnyTimer>(device, l2_bytes, logger);
+}
+
+}  // namespace ge2::cuda

@@ -1,0 +1,154 @@
+// GPU tests of cuda_skinny, the decode-sized GEMM kernel: every dtype x row
+// count x epilogue against fp64 (partial blocks of columns, K of one vector and
+// of many, padded rows, C with beta), default selection on nn.Linear layers,
+// folded batches, unaligned pointers and the tuning mode.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#ifdef GE2_TEST_WITH_CUDA
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "support/gpu_helpers.hpp"
+#include "tunedb/tunedb.hpp"
+
+using namespace ge2::test;
+
+TEST_CASE("gpu skinny: each dtype x rows x activation x bias x C matches fp64") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  int cases = 0;
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
+    for (std::int64_t m : {1, 2, 3, 5, 8})
+      for (ge2_activation_t act :
+           {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_SILU})
+        for (int variant = 0; variant < 4; ++variant) {
+          GemmCase c;
+          c.dtype = dtype;
+          c.m = m;
+          c.n = variant % 2 ? 1061 : 1064;  // 1061: a last block with 5 of its 8 columns
+          c.k = (cases % 3 == 0) ? 8 : (cases % 3 == 1 ? 1000 : 4104);
+          c.trans_b = true;
+          c.act = act;
+          c.has_bias = variant != 0;
+          c.with_c = variant == 2;
+          c.alpha = variant == 2 ? 0.75f : 1.0f;
+          c.beta = variant == 2 ? -1.5f : 0.0f;
+          c.pad_ldd = variant == 3 ? 3 : 0;  // D needs no alignment: its padding stays poisoned
+          c.pad_lda = variant == 3 ? 16 : 0;
+          c.pad_ldb = variant == 3 ? 8 : 0;
+          c.force_kernel = "cuda_skinny";
+          const auto r = run_gemm_case(context.get(), memory, c);
+          CHECK(chosen_kernel(r.plan_json) == "cuda_skinny");
+          CHECK_MESSAGE(r.error <= gpu_tolerance(dtype, "cuda_skinny"),
+                        c.label() << " error " << r.error);
+          CHECK_MESSAGE(r.padding_changed == 0, c.label() << " wrote into D's row padding");
+          ++cases;
+        }
+  MESSAGE("cuda_skinny cases run: " << cases);
+}
+
+TEST_CASE("gpu skinny: chosen untuned for decode-sized nn.Linear layers; batches fold into M") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16}) {
+    GemmCase c;
+    c.dtype = dtype;
+    c.m = 1;
+    c.n = 4096;
+    c.k = 4096;
+    c.trans_b = true;
+    c.has_bias = true;
+    c.act = GE2_ACT_GELU_ERF;
+    auto r = run_gemm_case(context.get(), memory, c);
+    CHECK(chosen_kernel(r.plan_json) == "cuda_skinny");
+    CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
+    CHECK(r.plan_json.find("\"separate_activation_kernel\":false") != std::string::npos);
+    // Three batches of two rows over one weight: six rows, one launch.
+    c.m = 2;
+    c.batch = 3;
+    c.shared_b = true;
+    r = run_gemm_case(context.get(), memory, c);
+    CHECK(chosen_kernel(r.plan_json) == "cuda_skinny");
+    CHECK(r.plan_json.find("batch_folded_into_m") != std::string::npos);
+    CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
+    // Own weights per batch: a batched launch.
+    c.shared_b = false;
+    c.n = 1056;
+    r = run_gemm_case(context.get(), memory, c);
+    CHECK(chosen_kernel(r.plan_json) == "cuda_skinny");
+    CHECK(r.plan_json.find("batch_folded_into_m") == std::string::npos);
+    CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
+    // Nine rows are more than it takes: cuBLASLt.
+    c.batch = 1;
+    c.m = 9;
+    c.n = 4096;
+    r = run_gemm_case(context.get(), memory, c);
+    CHECK(chosen_kernel(r.plan_json).rfind("lt_", 0) == 0);
+  }
+}
+
+TEST_CASE("gpu skinny: pointers not 16-byte aligned run on cuBLASLt, the same plan, correct") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  LinearLayer layer =
+      make_linear_layer(context.get(), GE2_DTYPE_F16, 3, 1104, 72, GE2_ACT_SILU, "cuda_skinny");
+  HostTensor &a = layer.a, &b = layer.b, &bias = layer.bias, &d = layer.d;
+  void* block = nullptr;
+  const std::size_t slot = 1 << 20;
+  REQUIRE(cudaMalloc(&block, 4 * slot) == cudaSuccess);
+  for (std::size_t offset : {std::size_t{0}, std::size_t{16}, std::size_t{2}, std::size_t{8}}) {
+    CAPTURE(offset);
+    poison(d);
+    auto at = [&](int i) { return static_cast<char*>(block) + i * slot + offset; };
+    REQUIRE(cudaMemcpy(at(0), a.data(), a.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemcpy(at(1), b.data(), b.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemcpy(at(2), bias.data(), bias.bytes.size(), cudaMemcpyHostToDevice) ==
+            cudaSuccess);
+    REQUIRE(cudaMemcpy(at(3), d.data(), d.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+    ge2_binding_t bindings[] = {{"a", at(0)}, {"b", at(1)}, {"bias", at(2)}, {"d", at(3)}};
+    REQUIRE_MESSAGE(ge2_plan_execute(layer.plan.get(), bindings, 4, nullptr) == GE2_OK,
+                    std::string(ge2_last_error()));
+    REQUIRE(cudaMemcpy(d.data(), at(3), d.bytes.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(relative_error(d, layer.reference) <= 1e-2);
+  }
+  cudaFree(block);
+}
+
+TEST_CASE("gpu skinny: the tuning mode times it beside cuBLASLt and stores its row") {
+  const std::string db = "/tmp/ge2-gpu-skinny-tune-" + std::to_string(::getpid()) + ".sqlite";
+  std::remove(db.c_str());
+  DeviceMemory memory;
+  GemmCase c;
+  c.dtype = GE2_DTYPE_BF16;
+  c.m = 4;
+  c.n = 11008;
+  c.k = 4096;
+  c.trans_b = true;
+  c.has_bias = true;
+  c.act = GE2_ACT_SILU;
+  {
+    ContextPtr context = make_tuning_context(GE2_DEVICE_CUDA, GE2_TUNE_TUNE, db);
+    const auto r = run_gemm_case(context.get(), memory, c);
+    CHECK_MESSAGE(r.error <= 1e-2, "error " << r.error);
+    bool measured = false;
+    for (const auto& candidate : selection_of(r.plan_json)["candidates"]) {
+      if (candidate["kernel"] != "cuda_skinny") continue;
+      measured = candidate["measured"].get<bool>();
+      MESSAGE("cuda_skinny: " << candidate["score_us"] << " us; chosen "
+                              << chosen_kernel(r.plan_json));
+    }
+    CHECK(measured);
+  }
+  ge2::TuneDb database(db, ge2::TuneDb::Mode::ReadOnly);
+  int rows = 0;
+  for (const auto& row : database.list())
+    if (row.key.kernel == "cuda_skinny") {
+      ++rows;
+      CHECK(row.algo.value("configuration", "").find("one warp per column") == 0);
+    }
+  CHECK(rows == 1);
+  std::remove(db.c_str());
+}
+#endif  // GE2_TEST_WITH_CUDA
