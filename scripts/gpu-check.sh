@@ -144,6 +144,9 @@ for mode in $modes; do
     compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" \
       -tc='gpu skinny: each*' > "$OUT/sanitizer-skinny.log" 2>&1
     note "compute-sanitizer memcheck (skinny cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-skinny.log" | tail -1))"
+    [ -x "$BUILD/bench/skinny_probe" ] && timeout 200 "$BUILD/bench/skinny_probe" --json "$OUT/skinny_probe.json" \
+      > "$OUT/skinny_probe.log" 2>&1
+    note "skinny probe: exit $? (skinny_probe.log; build it with --target skinny_probe)"
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$ROOT/bench \
       timeout "${SKINNY_TIMEOUT:-300}" python3 "$ROOT/bench/skinny_layers.py" --out "$OUT" ${SKINNY_ARGS:-} > "$OUT/skinny_layers.log" 2>&1
     note "skinny layers: exit $? (skinny_layers.log)"

@@ -28,7 +28,7 @@ TEST_CASE("gpu skinny: each dtype x rows x activation x bias x C matches fp64") 
           GemmCase c;
           c.dtype = dtype;
           c.m = m;
-          c.n = variant % 2 ? 1061 : 1064;  // 1061: a last block with 5 of its 8 columns
+          c.n = variant % 2 ? 1061 : 1064;  // 1061: a last block with 5 of its 16 columns
           c.k = (cases % 3 == 0) ? 8 : (cases % 3 == 1 ? 1000 : 4104);
           c.trans_b = true;
           c.act = act;
@@ -65,8 +65,11 @@ TEST_CASE("gpu skinny: chosen untuned for decode-sized nn.Linear layers; batches
     auto r = run_gemm_case(context.get(), memory, c);
     CHECK(chosen_kernel(r.plan_json) == "cuda_skinny");
     CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
-    CHECK(r.plan_json.find("\"separate_activation_kernel\":false") != std::string::npos);
-    // Three batches of two rows over one weight: six rows, one launch.
+    for (const auto& step : nlohmann::json::parse(r.plan_json)["steps"])
+      if (step.contains("selection")) CHECK(step["kernel"]["separate_activation_kernel"] == false);
+    // Three batches of two rows over one weight: six rows, one launch (forced:
+    // untuned, more than one row goes to cuBLASLt).
+    c.force_kernel = "cuda_skinny";
     c.m = 2;
     c.batch = 3;
     c.shared_b = true;
@@ -76,13 +79,17 @@ TEST_CASE("gpu skinny: chosen untuned for decode-sized nn.Linear layers; batches
     CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
     // Own weights per batch: a batched launch.
     c.shared_b = false;
-    c.n = 1056;
+    c.n = 1056;  // 66 blocks of 16 columns, half the SMs
     r = run_gemm_case(context.get(), memory, c);
     CHECK(chosen_kernel(r.plan_json) == "cuda_skinny");
     CHECK(r.plan_json.find("batch_folded_into_m") == std::string::npos);
     CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
-    // Nine rows are more than it takes: cuBLASLt.
+    // Two rows untuned, and nine (more than it takes): cuBLASLt.
+    c.force_kernel = nullptr;
     c.batch = 1;
+    c.m = 2;
+    r = run_gemm_case(context.get(), memory, c);
+    CHECK(chosen_kernel(r.plan_json).rfind("lt_", 0) == 0);
     c.m = 9;
     c.n = 4096;
     r = run_gemm_case(context.get(), memory, c);
@@ -133,7 +140,8 @@ TEST_CASE("gpu skinny: the tuning mode times it beside cuBLASLt and stores its r
     const auto r = run_gemm_case(context.get(), memory, c);
     CHECK_MESSAGE(r.error <= 1e-2, "error " << r.error);
     bool measured = false;
-    for (const auto& candidate : selection_of(r.plan_json)["candidates"]) {
+    const auto selection = selection_of(r.plan_json);  // a named object: the loop reads into it
+    for (const auto& candidate : selection["candidates"]) {
       if (candidate["kernel"] != "cuda_skinny") continue;
       measured = candidate["measured"].get<bool>();
       MESSAGE("cuda_skinny: " << candidate["score_us"] << " us; chosen "

@@ -37,7 +37,7 @@ enum class KernelFamily { Cublaslt, Cutlass, CudaFallback, CudaSkinny, CpuRefere
 // The selector's cost model of one kernel on a 132-SM Hopper part (scaled by SM
 // count on others). It only has to rank kernels; docs/selector.md has the fit.
 // cuda_skinny's limits, shared by the selector's layout rule and the kernel.
-inline constexpr int kSkinnyMaxRows = 8, kSkinnyColumnsPerBlock = 8;
+inline constexpr int kSkinnyMaxRows = 8, kSkinnyColumnsPerBlock = 16;
 
 struct KernelCost {
   double peak_tflops;         // large aligned problems
@@ -151,16 +151,21 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      false,
      0,
      {13.0, 14.0, 0.10, 64, 64}},
-    // Up to 8 rows against a K-contiguous weight: a GEMV-like stream of B, one
-    // warp per output column, 8 columns per block (src/backends/cuda/skinny_gemm.cu).
-    // Its fp32 CUDA-core math bounds it as the rows grow.
+    // Up to 8 rows against a K-contiguous weight: a GEMV-like stream of B, two
+    // columns per warp, 16 per block (src/backends/cuda/skinny_gemm.cuh). Each
+    // row costs its own loads and conversions of A: one row streams B at
+    // 3.4-4.4 TB/s, as fast as cuBLASLt or faster, two at 2.7-4.2, eight at
+    // 1.0-2.4 (H200, run 11, bench/skinny_probe.cu), where cuBLASLt stays at one
+    // row's time. Hence one-row "tiles" and a rate between 0.45 and 0.9 times the
+    // bandwidth (bytes/s as flop/s): chosen for one row, not from two rows up,
+    // on any HBM part; tuning measures the rest.
     {KernelId::CudaSkinny,
      "cuda_skinny",
      KernelFamily::CudaSkinny,
      std::nullopt,
      false,
      70,
-     {20.0, 5.0, 0.85, 8, 8}},
+     {2.9, 5.0, 0.85, 1, 16}},
     {KernelId::CpuRef,
      "cpu_ref",
      KernelFamily::CpuReference,

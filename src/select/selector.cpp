@@ -200,12 +200,12 @@ std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& 
   constexpr std::int64_t kIntMax = 2147483647;
   if (p.n > kIntMax || p.k > kIntMax || p.batch > 65535)
     return "N or K exceeds 2^31 - 1, or the batch 65535";
-  // One block per SM at least: fewer columns leave most of the chip idle
-  // while one warp streams each weight row.
+  // A block for half the SMs at least: fewer columns leave most of the chip
+  // idle while each warp streams its weight rows.
   const std::int64_t blocks = (p.n + kSkinnyColumnsPerBlock - 1) / kSkinnyColumnsPerBlock * p.batch;
-  if (blocks < std::max(1, device.sm_count))
-    return fmt::format("N = {} gives {} blocks of {} columns, fewer than the {} SMs", p.n, blocks,
-                       kSkinnyColumnsPerBlock, device.sm_count);
+  if (2 * blocks < std::max(1, device.sm_count))
+    return fmt::format("N = {} gives {} blocks of {} columns, fewer than half the {} SMs", p.n,
+                       blocks, kSkinnyColumnsPerBlock, device.sm_count);
   return "";
 }
 

@@ -53,7 +53,7 @@ std::string cutlass_layout_problem(const GemmProblem& problem);
 GemmProblem skinny_problem(const GemmProblem& problem);
 // Whether cuda_skinny can run the problem on `device`: at most kSkinnyMaxRows rows,
 // K contiguous in op(A) and op(B) with rows and batch strides of 16-byte
-// multiples, row-major C and D, and enough columns to give every SM a block.
+// multiples, row-major C and D, and enough columns to give half the SMs a block.
 std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& device);
 // The problem with a batch folded into M where its operands allow (B shared by
 // every batch, A, C and D batches back to back); else unchanged.

@@ -1,0 +1,156 @@
+// skinny_probe: which configuration of the cuda_skinny kernel
+// (src/backends/cuda/skinny_gemm.cuh) streams a weight fastest for 1-8 rows?
+// Warps per block x columns per warp x vectors in flight per column, fp16, on
+// FFN weights of 7B-70B models. Each variant runs R launches between two
+// events over weights rotated through more memory than L2 holds; median of
+// rounds, order rotated and reversed every round. Every variant's output is
+// compared with the library configuration's. Built on request:
+// cmake --build build --target skinny_probe; gpu-check.sh skinny runs it.
+//
+//   skinny_probe [--rounds N] [--json FILE]
+#include <cuda_fp16.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/skinny_gemm.cuh"
+#include "cuda_or_die.hpp"
+
+namespace {
+
+using namespace ge2::cuda::skinny;
+
+struct Variant {
+  std::string name;
+  std::function<void(const Params&, cudaStream_t)> launch;
+};
+
+template <int W, int C, int U>
+Variant variant() {
+  return {fmt::format("{}w x {}c x {}u", W, C, U),
+          [](const Params& p, cudaStream_t s) { launch<__half, Config<W, C, U>, 8>(p, 1, s); }};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 9;
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+  }
+  const std::vector<Variant> variants = {variant<8, 1, 4>(), variant<8, 1, 8>(),
+                                         variant<4, 2, 4>(), variant<4, 4, 2>(),
+                                         variant<8, 2, 2>(), variant<2, 4, 4>()};
+  const std::vector<std::pair<int, int>> shapes = {{4096, 4096},  {11008, 4096}, {4096, 11008},
+                                                   {14336, 4096}, {4096, 14336}, {8192, 8192},
+                                                   {57344, 8192}, {8192, 28672}};  // (N, K)
+  cudaStream_t stream;
+  CUDA_OR_DIE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t start, stop;
+  CUDA_OR_DIE(cudaEventCreate(&start));
+  CUDA_OR_DIE(cudaEventCreate(&stop));
+  cudaDeviceProp props{};
+  CUDA_OR_DIE(cudaGetDeviceProperties(&props, 0));
+  nlohmann::json rows = nlohmann::json::array();
+  std::mt19937 engine(7);
+  std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+  for (auto [n, k] : shapes) {
+    const std::size_t b_bytes = std::size_t(n) * k * 2;
+    const int copies = static_cast<int>(
+        std::max<std::size_t>(2, (4 * std::size_t(props.l2CacheSize) + b_bytes - 1) / b_bytes));
+    std::vector<__half> host(std::size_t(n) * k);
+    for (auto& v : host) v = __float2half(uniform(engine) / std::sqrt(float(k)));
+    std::vector<void*> bs(copies);
+    for (auto& b : bs) {
+      CUDA_OR_DIE(cudaMalloc(&b, b_bytes));
+      CUDA_OR_DIE(cudaMemcpy(b, host.data(), b_bytes, cudaMemcpyHostToDevice));
+    }
+    std::vector<__half> a_host(8 * std::size_t(k));
+    for (auto& v : a_host) v = __float2half(uniform(engine));
+    void *a, *d, *d0;
+    CUDA_OR_DIE(cudaMalloc(&a, a_host.size() * 2));
+    CUDA_OR_DIE(cudaMemcpy(a, a_host.data(), a_host.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OR_DIE(cudaMalloc(&d, 8 * std::size_t(n) * 2));
+    CUDA_OR_DIE(cudaMalloc(&d0, 8 * std::size_t(n) * 2));
+    for (int m : {1, 2, 4, 8}) {
+      Params p{};
+      p.a = a;
+      p.m = m;
+      p.n = n;
+      p.k = k;
+      p.lda = p.ldb = k;
+      p.ldd = n;
+      p.alpha = 1.f;
+      p.act = 0;
+      auto with = [&](int copy, void* out) {
+        Params q = p;
+        q.b = bs[copy % copies];
+        q.d = out;
+        return q;
+      };
+      variants[0].launch(with(0, d0), stream);
+      std::vector<std::vector<double>> times(variants.size());
+      std::vector<double> difference(variants.size(), 0);
+      std::vector<__half> ref(std::size_t(m) * n), got(std::size_t(m) * n);
+      CUDA_OR_DIE(cudaMemcpyAsync(ref.data(), d0, ref.size() * 2, cudaMemcpyDeviceToHost, stream));
+      for (std::size_t v = 0; v < variants.size(); ++v) {
+        variants[v].launch(with(0, d), stream);
+        CUDA_OR_DIE(cudaMemcpyAsync(got.data(), d, got.size() * 2, cudaMemcpyDeviceToHost, stream));
+        CUDA_OR_DIE(cudaStreamSynchronize(stream));
+        double num = 0, den = 0;
+        for (std::size_t i = 0; i < ref.size(); ++i) {
+          const double r = __half2float(ref[i]), g = __half2float(got[i]);
+          num += (g - r) * (g - r);
+          den += r * r;
+        }
+        difference[v] = std::sqrt(num / std::max(den, 1e-30));
+      }
+      const int reps = 20;
+      for (int round = 0; round < rounds; ++round) {
+        std::vector<std::size_t> order(variants.size());
+        for (std::size_t i = 0; i < order.size(); ++i) order[i] = (i + round) % order.size();
+        if (round % 2) std::reverse(order.begin(), order.end());
+        for (std::size_t v : order) {
+          CUDA_OR_DIE(cudaEventRecord(start, stream));
+          for (int r = 0; r < reps; ++r) variants[v].launch(with(r, d), stream);
+          CUDA_OR_DIE(cudaEventRecord(stop, stream));
+          CUDA_OR_DIE(cudaEventSynchronize(stop));
+          float ms = 0;
+          CUDA_OR_DIE(cudaEventElapsedTime(&ms, start, stop));
+          times[v].push_back(ms * 1e3 / reps);
+        }
+      }
+      nlohmann::json row = {{"m", m}, {"n", n}, {"k", k}};
+      std::string line = fmt::format("{:2d}x{:5d}x{:5d}:", m, n, k);
+      for (std::size_t v = 0; v < variants.size(); ++v) {
+        auto& t = times[v];
+        std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+        const double us = t[t.size() / 2];
+        const double gbs = (b_bytes + 2.0 * m * (k + n)) / (us * 1e3);
+        row["variants"][variants[v].name] = {
+            {"us", us}, {"gbs", gbs}, {"difference", difference[v]}};
+        line += fmt::format("  {} {:6.1f} us {:5.0f} GB/s", variants[v].name, us, gbs);
+        if (difference[v] > 1e-2) line += " MISMATCH";
+      }
+      fmt::print("{}\n", line);
+      rows.push_back(row);
+    }
+    for (void* b : bs) CUDA_OR_DIE(cudaFree(b));
+    CUDA_OR_DIE(cudaFree(a));
+    CUDA_OR_DIE(cudaFree(d));
+    CUDA_OR_DIE(cudaFree(d0));
+  }
+  if (!json_path.empty())
+    std::ofstream(json_path) << nlohmann::json{{"device", props.name}, {"rows", rows}}.dump(1);
+  return 0;
+}

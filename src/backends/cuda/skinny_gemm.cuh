@@ -1,0 +1,151 @@
+// The cuda_skinny kernel template: D = act(alpha * A * op(B) + beta * C + bias)
+// for a few rows of A against a K-contiguous B (nn.Linear's [N, K] weight).
+// Such a GEMM streams B once and does little else, so each warp owns kCols
+// output columns: its lanes read 16-byte vectors of those B rows (kUnroll per
+// row in flight) and of the A rows (each A vector serves the kCols columns),
+// accumulate in fp32 and reduce with warp shuffles; the epilogue is fused.
+// skinny_gemm.cu instantiates the library's configuration;
+// bench/skinny_probe.cu compares others on the same tensors.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backends/cuda/device_math.cuh"
+
+namespace ge2::cuda::skinny {
+
+struct Params {
+  const void* a;
+  const void* b;
+  const void* c;
+  const void* bias;
+  void* d;
+  int m, n, k;
+  long long lda, ldb, ldc, ldd;                  // row strides, elements
+  long long a_batch, b_batch, c_batch, d_batch;  // batch strides, elements
+  long long bias_stride;
+  float alpha, beta;
+  int act, has_c, has_bias;
+};
+
+// Warps per block, columns per warp, B vectors per column in flight.
+template <int kWarpsT, int kColsT, int kUnrollT>
+struct Config {
+  static constexpr int kWarps = kWarpsT, kCols = kColsT, kUnroll = kUnrollT;
+  static constexpr int kColumnsPerBlock = kWarps * kCols;
+};
+
+// Eight fp32 values (four for fp32 data) from one 16-byte vector.
+template <typename T>
+struct Vector {
+  static constexpr int kElements = 16 / sizeof(T);
+  __device__ __forceinline__ static void unpack(const uint4& v, float* out) {
+    if constexpr (sizeof(T) == 4) {
+      out[0] = __uint_as_float(v.x);
+      out[1] = __uint_as_float(v.y);
+      out[2] = __uint_as_float(v.z);
+      out[3] = __uint_as_float(v.w);
+    } else {
+      const unsigned words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        T pair[2];
+        memcpy(pair, &words[i], sizeof pair);
+        out[2 * i] = to_float(pair[0]);
+        out[2 * i + 1] = to_float(pair[1]);
+      }
+    }
+  }
+};
+
+template <typename T, int kRows, typename Cfg>
+__global__ void __launch_bounds__(32 * Cfg::kWarps) kernel(Params p) {
+  using V = Vector<T>;
+  constexpr int kStep = 32 * V::kElements;  // K elements a warp reads per vector load
+  constexpr int kCols = Cfg::kCols, kUnroll = Cfg::kUnroll;
+  const int lane = threadIdx.x % 32;
+  const long long col0 =
+      (static_cast<long long>(blockIdx.x) * Cfg::kWarps + threadIdx.x / 32) * kCols;
+  const long long z = blockIdx.y;
+  if (col0 >= p.n) return;
+  const T* b[kCols];
+#pragma unroll
+  for (int c = 0; c < kCols; ++c)  // a column past N re-reads the last one; it is not written
+    b[c] =
+        static_cast<const T*>(p.b) + z * p.b_batch + (col0 + c < p.n ? col0 + c : p.n - 1) * p.ldb;
+  const T* a = static_cast<const T*>(p.a) + z * p.a_batch;
+
+  float acc[kCols][kRows] = {};
+  for (int k0 = lane * V::kElements; k0 < p.k; k0 += kStep * kUnroll) {
+    // Every B vector of the step first: the loads are in flight together.
+    uint4 bv[kUnroll][kCols];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int c = 0; c < kCols; ++c)
+        if (k0 + u * kStep < p.k)  // read once: streamed past L1
+          bv[u][c] = __ldcs(reinterpret_cast<const uint4*>(b[c] + k0 + u * kStep));
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k = k0 + u * kStep;
+      if (k >= p.k) break;
+      float bf[kCols][V::kElements];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) V::unpack(bv[u][c], bf[c]);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (r >= p.m) break;
+        float af[V::kElements];
+        V::unpack(__ldg(reinterpret_cast<const uint4*>(a + r * p.lda + k)), af);
+#pragma unroll
+        for (int c = 0; c < kCols; ++c)
+#pragma unroll
+          for (int e = 0; e < V::kElements; ++e) acc[c][r] = fmaf(af[e], bf[c][e], acc[c][r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kCols; ++c)
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2)
+        acc[c][r] += __shfl_xor_sync(0xffffffffu, acc[c][r], offset);
+
+  // Lane r writes row r (registers indexed by constants: no local memory).
+  const T* cm = static_cast<const T*>(p.c) + z * p.c_batch;
+  T* d = static_cast<T*>(p.d) + z * p.d_batch;
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) {
+    const long long col = col0 + c;
+    if (col >= p.n) break;
+    const float bias =
+        p.has_bias ? to_float(static_cast<const T*>(p.bias)[col * p.bias_stride]) : 0.f;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (lane != r || r >= p.m) continue;
+      float v = p.alpha * acc[c][r];
+      if (p.has_c) v += p.beta * to_float(cm[r * p.ldc + col]);
+      d[r * p.ldd + col] = from_float<T>(activate(p.act, v + bias));
+    }
+  }
+}
+
+// Launches the instance for p.m rows (1, 2, 4 or kMaxRows) on `stream`.
+template <typename T, typename Cfg, int kMaxRows>
+void launch(const Params& p, int batch, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.n + Cfg::kColumnsPerBlock - 1) / Cfg::kColumnsPerBlock),
+                  static_cast<unsigned>(batch));
+  constexpr int threads = 32 * Cfg::kWarps;
+  if (p.m <= 1) {
+    kernel<T, 1, Cfg><<<grid, threads, 0, stream>>>(p);
+  } else if (p.m <= 2) {
+    kernel<T, 2, Cfg><<<grid, threads, 0, stream>>>(p);
+  } else if (p.m <= 4) {
+    kernel<T, 4, Cfg><<<grid, threads, 0, stream>>>(p);
+  } else {
+    kernel<T, kMaxRows, Cfg><<<grid, threads, 0, stream>>>(p);
+  }
+}
+
+}  // namespace ge2::cuda::skinny
