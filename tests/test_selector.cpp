@@ -169,7 +169,18 @@ TEST_CASE("selector: cuda_skinny takes one-row GEMMs on nn.Linear weights, and s
       const auto s = select_gemm_kernel(p, h200, {});
       CHECK(s.kernel != KernelId::CudaSkinny);
       CHECK(candidate(s, KernelId::CudaSkinny).feasible);  // forced or tuned only
+      CHECK(candidate(s, KernelId::CudaSkinny).reason.find("more than 1 row(s)") !=
+            std::string::npos);
+      // Measured faster, it is chosen.
+      const MeasuredTime measured = [&](KernelId id, const GemmProblem&) -> std::optional<double> {
+        return id == KernelId::CudaSkinny ? 10.0 : 20.0;
+      };
+      CHECK(select_gemm_kernel(p, h200, {}, measured).kernel == KernelId::CudaSkinny);
     }
+    // Run 11: at 2x4096x14336 with erf GELU the cost model alone chose it, 28% slower.
+    GemmProblem two_rows = linear(dtype, 2, 4096, 14336);
+    two_rows.act = Activation::GeluErf;
+    CHECK(select_gemm_kernel(two_rows, h200, {}).kernel == lt);
     // Large weights: one row on cuda_skinny, two on cuBLASLt, also on a part with
     // 2.5x the bandwidth (the rule must not flip with the bandwidth figure).
     for (double bandwidth : {3300.0, 4200.0, 8000.0}) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <string_view>
 
@@ -59,6 +60,9 @@ struct KernelInfo {
   // too well (the CUTLASS rows, measured slower than cuBLASLt plus its separate
   // activation pass on most FFN shapes: docs/cutlass.md).
   bool needs_measurement = false;
+  // Above this many rows (M, a folded batch included) the same holds; 0: no limit.
+  // For a kernel whose time grows with the rows faster than the model says.
+  std::int64_t max_rows_untuned = 0;
 };
 
 // Fitted to bench_gemm on the H200 (bench/results/2026-12-02-h200-run3):
@@ -154,18 +158,21 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
     // Up to 8 rows against a K-contiguous weight: a GEMV-like stream of B, two
     // columns per warp, 16 per block (src/backends/cuda/skinny_gemm.cuh). Each
     // row costs its own loads and conversions of A: one row streams B at
-    // 3.4-4.4 TB/s, as fast as cuBLASLt or faster, two at 2.7-4.2, eight at
+    // 3.4-4.4 TB/s, as fast as cuBLASLt or faster, two at 2.4-3.2, eight at
     // 1.0-2.4 (H200, run 11, bench/skinny_probe.cu), where cuBLASLt stays at one
-    // row's time. Hence one-row "tiles" and a rate between 0.45 and 0.9 times the
-    // bandwidth (bytes/s as flop/s): chosen for one row, not from two rows up,
-    // on any HBM part; tuning measures the rest.
+    // row's time. The model (one-row tiles, a rate above 0.45 times any HBM
+    // bandwidth in bytes/s as flop/s) ranks one row; from two rows up it is
+    // chosen only on a measured time (run 11: the model chose it at 2x4096x14336,
+    // 28% slower than cuBLASLt).
     {KernelId::CudaSkinny,
      "cuda_skinny",
      KernelFamily::CudaSkinny,
      std::nullopt,
      false,
      70,
-     {2.9, 5.0, 0.85, 1, 16}},
+     {4.0, 5.0, 0.85, 1, 16},
+     false,
+     1},
     {KernelId::CpuRef,
      "cpu_ref",
      KernelFamily::CpuReference,

@@ -271,8 +271,16 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
         candidate.reason = "measured by the tuner";
       }
     }
-    if (kernel_info(kernel).needs_measurement && !candidate.measured)
-      candidate.reason += "; not chosen without a measured time (forced or tuned only)";
+    const KernelInfo& info = kernel_info(kernel);
+    candidate.needs_measurement =
+        info.needs_measurement ||
+        (info.max_rows_untuned > 0 && fold_batch_into_m(problem).m > info.max_rows_untuned);
+    if (candidate.needs_measurement && !candidate.measured)
+      candidate.reason +=
+          info.needs_measurement
+              ? "; not chosen without a measured time (forced or tuned only)"
+              : fmt::format("; more than {} row(s): not chosen without a measured time",
+                            info.max_rows_untuned);
     selection.candidates.push_back(candidate);
   }
 
@@ -311,7 +319,7 @@ void choose_kernel(Selection& selection, const GemmProblem& problem, const Selec
   const Candidate* best = nullptr;
   for (const auto& candidate : selection.candidates) {
     if (!candidate.feasible || (any_measured && !candidate.measured)) continue;
-    if (kernel_info(candidate.kernel).needs_measurement && !candidate.measured) continue;
+    if (candidate.needs_measurement && !candidate.measured) continue;
     if (best == nullptr || candidate.estimated_us < best->estimated_us) best = &candidate;
   }
   require(best != nullptr, GE2_ERROR_UNSUPPORTED, "no kernel can run GEMM {} ({})",

@@ -26,7 +26,10 @@ struct Candidate {
   double estimated_us = 0;  // lower is better; from measurement when `measured`
   bool measured = false;
   bool staged = false;  // operands copied into 16-byte-aligned buffers first
-  std::string reason;   // why infeasible, or what the estimate rests on
+  // Chosen only on a measured time or when forced (KernelInfo::needs_measurement,
+  // max_rows_untuned).
+  bool needs_measurement = false;
+  std::string reason;  // why infeasible, or what the estimate rests on
 };
 
 struct Selection {
