@@ -5,7 +5,8 @@
 #   2. a CPU-only build (GE2_WITH_CUDA=OFF) and its ctest suite
 #   3. the Python binding's pytest suite, pip install of the binding, and the
 #      API-docs coverage check
-#   4. a consumer project using find_package(ge2) against an installed CPU build
+#   4. consumer projects against an installed CPU build: find_package(ge2),
+#      pkg-config, and the static archive libge2.a
 #   5. an AddressSanitizer + UndefinedBehaviorSanitizer build running the CPU tests
 #      and the Python binding's tests
 #   6. the libFuzzer targets from their seed corpora: the C API for GE2_FUZZ_SECONDS
@@ -29,7 +30,8 @@ cmake --build build
 ctest --test-dir build --output-on-failure
 
 step "2. CPU-only build (GE2_WITH_CUDA=OFF)"
-cmake -S . -B build-cpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGE2_WITH_CUDA=OFF > build-cpu-configure.log
+cmake -S . -B build-cpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGE2_WITH_CUDA=OFF -DGE2_BUILD_STATIC=ON \
+  > build-cpu-configure.log
 cmake --build build-cpu
 ctest --test-dir build-cpu --output-on-failure
 
@@ -59,7 +61,7 @@ with ge2.Context(device='cpu') as ctx:
 assert error < 1e-5, error
 print('wheel:', ge2.__file__, ge2.__version__, 'max error', error)")
 
-step "4. find_package(ge2) consumer"
+step "4. consumers of an installed build: find_package, pkg-config, static"
 rm -rf /tmp/ge2-prefix /tmp/ge2-consumer
 cmake --install build-cpu --prefix /tmp/ge2-prefix > /dev/null
 cmake -S samples/consumer -B /tmp/ge2-consumer -G Ninja -DCMAKE_PREFIX_PATH=/tmp/ge2-prefix > /dev/null
@@ -71,6 +73,20 @@ echo "installed ge_tune runs without LD_LIBRARY_PATH"
 pc_flags=$(PKG_CONFIG_PATH=/tmp/ge2-prefix/lib/pkgconfig pkg-config --cflags --libs ge2)
 cc samples/mlp.c $pc_flags -lm -o /tmp/ge2-pc-mlp
 echo "pkg-config ge2: $pc_flags (samples/mlp.c built with it)"
+# Static consumers (GE2_BUILD_STATIC=ON): the C sample against libge2.a and the libraries
+# pkg-config --static lists, the C++ consumer through ge2::ge2_static; neither loads libge2.so.
+static_libs=$(PKG_CONFIG_PATH=/tmp/ge2-prefix/lib/pkgconfig pkg-config --static --libs-only-l ge2 | sed 's/-lge2 //')
+cc samples/mlp.c -I/tmp/ge2-prefix/include /tmp/ge2-prefix/lib/libge2.a $static_libs -o /tmp/ge2-static-mlp
+if ldd /tmp/ge2-static-mlp | grep libge2 > /dev/null; then echo "the static C sample loads libge2.so"; exit 1; fi
+static_run=$(GE2_LOG_LEVEL=error /tmp/ge2-static-mlp)
+grep "PASS" <<< "$static_run" > /dev/null
+rm -rf /tmp/ge2-consumer-static
+cmake -S samples/consumer -B /tmp/ge2-consumer-static -G Ninja -DCMAKE_PREFIX_PATH=/tmp/ge2-prefix \
+  -DGE2_CONSUMER_STATIC=ON > /dev/null
+cmake --build /tmp/ge2-consumer-static
+if ldd /tmp/ge2-consumer-static/consumer | grep libge2 > /dev/null; then echo "the static consumer loads libge2.so"; exit 1; fi
+/tmp/ge2-consumer-static/consumer
+echo "libge2.a: the C sample ($static_libs) and the CMake consumer (ge2::ge2_static) link and pass statically"
 
 step "5. AddressSanitizer + UndefinedBehaviorSanitizer (CPU tests)"
 CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGE2_WITH_CUDA=OFF \
