@@ -129,9 +129,7 @@ GemmProblem linear(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) 
 TEST_CASE("selector: cuda_skinny takes one-row GEMMs on nn.Linear weights, and says why not") {
   const DeviceInfo h200 = synthetic_h200();
   for (DType dtype : {DType::F16, DType::BF16, DType::F32}) {
-    const KernelId lt = dtype == DType::F16    ? KernelId::LtF16
-                        : dtype == DType::BF16 ? KernelId::LtBf16
-                                               : KernelId::LtF32;
+    const KernelId lt = cublaslt_kernel_for(dtype);
     // Run 11 (H200): one row, skinny vs cuBLASLt: 4096x4096 10.0 vs 10.9 us; erf at
     // 11008x4096 27.4 vs 28.8 with the separate pass; two rows 13.4 vs 11.3.
     for (auto [n, k] :

@@ -201,6 +201,17 @@ constexpr bool is_cutlass_kernel(KernelId id) {
   return kernel_info(id).family == KernelFamily::Cutlass;
 }
 std::optional<KernelId> kernel_from_name(std::string_view name);
+// The cuBLASLt row for `dtype` without TF32: what ge2's own kernels fall back to
+// for executions their fast path cannot take (unaligned pointers).
+constexpr KernelId cublaslt_kernel_for(DType dtype) {
+  for (const KernelInfo& kernel : kKernels)
+    if (kernel.family == KernelFamily::Cublaslt && !kernel.tf32 && kernel.dtype == dtype)
+      return kernel.id;
+  return KernelId::LtF32;
+}
+static_assert(cublaslt_kernel_for(DType::BF16) == KernelId::LtBf16 &&
+              cublaslt_kernel_for(DType::F16) == KernelId::LtF16 &&
+              cublaslt_kernel_for(DType::F32) == KernelId::LtF32);
 
 inline constexpr std::array<KernelId, kKernelCount> kAllKernels = [] {
   std::array<KernelId, kKernelCount> ids{};

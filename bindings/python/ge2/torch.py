@@ -120,9 +120,14 @@ _FAST_GEMMS: dict = {}  # signature of contiguous torch operands -> (ge2 context
 _FAST_GEMMS_MAX = 1024
 
 
+def _gemm_signature(a: Tensor, b: Tensor, bias, act: str, trans_a: bool, trans_b: bool, alpha: float) -> tuple:
+    """What a one-shot call's GemmParams depend on, for dense operands of one dtype and device."""
+    return (a.shape, b.shape, a.dtype, a.device, bias is not None, act, trans_a, trans_b, alpha)
+
+
 def _fast_gemm_params(a: Tensor, b: Tensor, bias, act: str, trans_a: bool, trans_b: bool, alpha: float):
     """(context, GemmParams) for dense operands already checked once by ge2.gemm_bias_act."""
-    key = (a.shape, b.shape, a.dtype, a.device, bias is not None, act, trans_a, trans_b, alpha)
+    key = _gemm_signature(a, b, bias, act, trans_a, trans_b, alpha)
     found = _FAST_GEMMS.get(key)
     if found is None:
         batch = a.shape[0] if a.dim() == 3 else 1
@@ -154,11 +159,12 @@ def _gemm_bias_act_impl(a: Tensor, b: Tensor, bias: Optional[Tensor], act: str, 
         return out
     if a.shape[-2 if trans_a else -1] == 0:  # K = 0: the empty sum, then the epilogue
         return _apply_act(out.zero_() if bias is None else out.zero_() + bias, act)
-    key = (a.shape, b.shape, a.dtype, a.device, bias is not None, act, trans_a, trans_b, alpha)
-    if key in _FAST_GEMMS and _dense(a, b, bias) and b.dtype == a.dtype and b.device == a.device and (
+    # One lookup: another thread may clear the cache between two.
+    found = _FAST_GEMMS.get(_gemm_signature(a, b, bias, act, trans_a, trans_b, alpha))
+    if found is not None and _dense(a, b, bias) and b.dtype == a.dtype and b.device == a.device and (
             bias is None or (bias.dtype == a.dtype and bias.device == a.device and bias.shape == out.shape[-1:])):
         # The signature passed ge2.gemm_bias_act's checks before: only the pointers change.
-        context, params = _FAST_GEMMS[key]
+        context, params = found
         stream = ge2._arrays._torch_current_stream(torch, a.device) if a.is_cuda else None
         ge2._check(ge2._lib.ge2_gemm_bias_act(context.handle, ctypes.byref(params), a.data_ptr(), b.data_ptr(),
                                               None if bias is None else bias.data_ptr(), out.data_ptr(), stream))

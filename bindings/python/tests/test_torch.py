@@ -176,6 +176,24 @@ def test_linear_and_one_shot_operator_match_fp64(device, act):
 
 
 @pytest.mark.parametrize("device", devices())
+def test_one_shot_signature_cache_sees_new_data_and_layouts(device):
+    # The second call of a signature skips the binding's checks: it must still read the new
+    # tensors, and a call whose tensors are not dense (or of another dtype) must take the
+    # checked path.
+    w, b = torch.randn(24, 40, device=device), torch.randn(24, device=device)
+    for _ in range(3):
+        x = torch.randn(7, 40, device=device)
+        want = F.relu(F.linear(x.double(), w.double(), b.double()))
+        assert rel_error(gt.linear(x, w, b, act="relu"), want) <= 1e-5
+    xt, wt = torch.randn(40, 7, device=device).T, torch.randn(40, 24, device=device).T
+    assert rel_error(gt.linear(xt, wt, b), F.linear(xt.double(), wt.double(), b.double())) <= 1e-5
+    with pytest.raises(TypeError, match="argument 'bias' is float16"):
+        gt.linear(x, w, b.half())
+    with pytest.raises(TypeError, match="argument 'b' is bfloat16"):
+        gt.linear(x, w.bfloat16(), b)
+
+
+@pytest.mark.parametrize("device", devices())
 def test_operators_pass_opcheck(device):
     x, w, b = torch.randn(6, 16, device=device), torch.randn(10, 16, device=device), torch.randn(10, device=device)
     torch.library.opcheck(torch.ops.ge2.gemm_bias_act.default, (x, w, b, "relu", False, True, 1.0))

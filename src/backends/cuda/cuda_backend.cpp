@@ -127,18 +127,17 @@ class CudaBackend final : public Backend {
     require(kernel != KernelId::CpuRef, GE2_ERROR_UNSUPPORTED,
             "the CUDA backend cannot run kernel 'cpu_ref'");
     if (kernel == KernelId::CudaF32) return make_fallback_gemm_step(problem, slots);
-    if (kernel == KernelId::CudaSkinny) {
-      const KernelId lt = problem.dtype == DType::BF16  ? KernelId::LtBf16
-                          : problem.dtype == DType::F16 ? KernelId::LtF16
-                                                        : KernelId::LtF32;
-      return make_skinny_gemm_step(problem, slots, device_,
-                                   make_lt_gemm_step(lt_.get(), problem, lt, slots, *chooser_));
-    }
+    if (kernel == KernelId::CudaSkinny)
+      return make_skinny_gemm_step(
+          problem, slots, device_,
+          make_lt_gemm_step(lt_.get(), problem, cublaslt_kernel_for(problem.dtype), slots,
+                            *chooser_));
 #ifdef GE2_WITH_CUTLASS
     if (is_cutlass_kernel(kernel)) {
-      const KernelId lt = problem.dtype == DType::BF16 ? KernelId::LtBf16 : KernelId::LtF16;
-      return make_cutlass_gemm_step(problem, kernel, slots, ordinal_, device_.sm_count,
-                                    make_lt_gemm_step(lt_.get(), problem, lt, slots, *chooser_));
+      return make_cutlass_gemm_step(
+          problem, kernel, slots, ordinal_, device_.sm_count,
+          make_lt_gemm_step(lt_.get(), problem, cublaslt_kernel_for(problem.dtype), slots,
+                            *chooser_));
     }
 #endif
     require(!is_cutlass_kernel(kernel), GE2_ERROR_UNSUPPORTED, "{}", cutlass_absence());
