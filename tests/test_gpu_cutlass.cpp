@@ -271,25 +271,6 @@ TEST_CASE("gpu cutlass: pointers not 16-byte aligned run on cuBLASLt, the same p
   if (!cutlass_offered(context.get())) return;
   LinearLayer layer = make_linear_layer(context.get(), GE2_DTYPE_BF16, 96, 80, 72, GE2_ACT_SILU,
                                         "cutlass_bf16_64x128");
-  HostTensor &a = layer.a, &b = layer.b, &bias = layer.bias, &d = layer.d;
-  void* block = nullptr;
-  const std::size_t slot = 1 << 16;
-  REQUIRE(cudaMalloc(&block, 4 * slot) == cudaSuccess);
-  for (std::size_t offset : {std::size_t{0}, std::size_t{16}, std::size_t{2}, std::size_t{8}}) {
-    CAPTURE(offset);
-    poison(d);
-    auto at = [&](int i) { return static_cast<char*>(block) + i * slot + offset; };
-    REQUIRE(cudaMemcpy(at(0), a.data(), a.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
-    REQUIRE(cudaMemcpy(at(1), b.data(), b.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
-    REQUIRE(cudaMemcpy(at(2), bias.data(), bias.bytes.size(), cudaMemcpyHostToDevice) ==
-            cudaSuccess);
-    REQUIRE(cudaMemcpy(at(3), d.data(), d.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
-    ge2_binding_t bindings[] = {{"a", at(0)}, {"b", at(1)}, {"bias", at(2)}, {"d", at(3)}};
-    REQUIRE_MESSAGE(ge2_plan_execute(layer.plan.get(), bindings, 4, nullptr) == GE2_OK,
-                    std::string(ge2_last_error()));
-    REQUIRE(cudaMemcpy(d.data(), at(3), d.bytes.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
-    CHECK(relative_error(d, layer.reference) <= 1e-2);
-  }
-  cudaFree(block);
+  check_at_offsets(layer, {0, 16, 2, 8});
 }
 #endif  // GE2_TEST_WITH_CUDA

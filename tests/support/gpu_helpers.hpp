@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -59,6 +61,33 @@ inline nlohmann::json selection_of(const std::string& plan_json) {
 inline std::string chosen_kernel(const std::string& plan_json) {
   const auto selection = selection_of(plan_json);
   return selection.is_null() ? "" : selection["kernel"].get<std::string>();
+}
+
+// Runs the layer's plan with every operand copied to device memory at each byte
+// offset from a 256-byte boundary (D poisoned first) and checks D against the
+// fp64 reference: kernels that need aligned pointers must hand the unaligned
+// executions to a path that takes them.
+inline void check_at_offsets(LinearLayer& layer, std::initializer_list<std::size_t> offsets) {
+  HostTensor* tensors[] = {&layer.a, &layer.b, &layer.bias, &layer.d};
+  std::size_t slot = 256;
+  for (const HostTensor* t : tensors) slot = std::max(slot, (t->bytes.size() + 511) / 256 * 256);
+  void* block = nullptr;
+  REQUIRE(cudaMalloc(&block, 4 * slot) == cudaSuccess);
+  for (std::size_t offset : offsets) {
+    CAPTURE(offset);
+    poison(layer.d);
+    auto at = [&](int i) { return static_cast<char*>(block) + i * slot + offset; };
+    for (int i = 0; i < 4; ++i)
+      REQUIRE(cudaMemcpy(at(i), tensors[i]->data(), tensors[i]->bytes.size(),
+                         cudaMemcpyHostToDevice) == cudaSuccess);
+    ge2_binding_t bindings[] = {{"a", at(0)}, {"b", at(1)}, {"bias", at(2)}, {"d", at(3)}};
+    REQUIRE_MESSAGE(ge2_plan_execute(layer.plan.get(), bindings, 4, nullptr) == GE2_OK,
+                    std::string(ge2_last_error()));
+    REQUIRE(cudaMemcpy(layer.d.data(), at(3), layer.d.bytes.size(), cudaMemcpyDeviceToHost) ==
+            cudaSuccess);
+    CHECK(relative_error(layer.d, layer.reference) <= 1e-2);
+  }
+  cudaFree(block);
 }
 
 }  // namespace ge2::test

@@ -145,17 +145,8 @@ class CutlassGemmStep final : public Step {
   }
 
   nlohmann::json describe() const override {
-    nlohmann::json j = {
-        {"name", kernel_name(kernel_)},
-        {"family", "cutlass"},
-        {"configuration", launcher_->configuration()},
-        {"epilogue",
-         fmt::format("fused: alpha*acc{}{}, {}", problem_.has_c ? " + beta*C" : "",
-                     problem_.has_bias ? " + bias" : "", activation_name(problem_.act))},
-        {"separate_activation_kernel", false},
-        {"unaligned_pointers_run", fallback_ ? fallback_->describe().value("name", "") : ""}};
-    if (folded_) j["batch_folded_into_m"] = problem_.m;
-    return j;
+    return fused_kernel_description(kernel_name(kernel_), "cutlass", launcher_->configuration(),
+                                    problem_, folded_, fallback_.get());
   }
 
  private:

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "backends/cuda/algo_choice.hpp"
 #include "exec/backend.hpp"
@@ -31,6 +32,13 @@ std::unique_ptr<Step> make_cutlass_gemm_step(const GemmProblem& problem, KernelI
 // Times the CUTLASS rows for the tuning mode (CUTLASS builds only).
 std::unique_ptr<FamilyTimer> make_cutlass_timer(int device, int sm_count, int l2_bytes,
                                                 std::size_t workspace_bytes, const Logger& logger);
+// The plan text of a step whose kernel fuses the whole epilogue: name, family,
+// configuration, the epilogue, the step that runs unaligned pointers and, where
+// a batch was folded, the rows it became.
+nlohmann::json fused_kernel_description(std::string_view name, std::string_view family,
+                                        const std::string& configuration,
+                                        const GemmProblem& problem, bool folded,
+                                        const Step* unaligned_fallback);
 // cuda_skinny for decode-sized M; `unaligned_fallback` runs executions whose A
 // or B pointer is not 16-byte aligned.
 std::unique_ptr<Step> make_skinny_gemm_step(const GemmProblem& problem, const GemmSlots& slots,

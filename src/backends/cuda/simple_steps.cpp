@@ -51,6 +51,23 @@ class ElementwiseStep final : public Step {
 
 }  // namespace
 
+nlohmann::json fused_kernel_description(std::string_view name, std::string_view family,
+                                        const std::string& configuration,
+                                        const GemmProblem& problem, bool folded,
+                                        const Step* unaligned_fallback) {
+  nlohmann::json j = {
+      {"name", name},
+      {"family", family},
+      {"configuration", configuration},
+      {"epilogue", fmt::format("fused: alpha*acc{}{}, {}", problem.has_c ? " + beta*C" : "",
+                               problem.has_bias ? " + bias" : "", activation_name(problem.act))},
+      {"separate_activation_kernel", false},
+      {"unaligned_pointers_run",
+       unaligned_fallback ? unaligned_fallback->describe().value("name", "") : ""}};
+  if (folded) j["batch_folded_into_m"] = problem.m;
+  return j;
+}
+
 std::unique_ptr<Step> make_fallback_gemm_step(const GemmProblem& problem, const GemmSlots& slots) {
   return std::make_unique<FallbackGemmStep>(problem, slots);
 }
