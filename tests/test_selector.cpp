@@ -132,12 +132,12 @@ TEST_CASE("selector: cuda_skinny takes one-row GEMMs on nn.Linear weights, and s
     const KernelId lt = cublaslt_kernel_for(dtype);
     // Run 11 (H200): one row, skinny vs cuBLASLt: 4096x4096 10.0 vs 10.9 us; erf at
     // 11008x4096 27.4 vs 28.8 with the separate pass; two rows 13.4 vs 11.3.
-    for (auto [n, k] :
+    for (const auto& shape :
          {std::pair<std::int64_t, std::int64_t>{4096, 4096}, {11008, 4096}, {4096, 11008}})
       for (Activation act : {Activation::GeluErf, Activation::Silu}) {
-        GemmProblem p = linear(dtype, 1, n, k);
+        GemmProblem p = linear(dtype, 1, shape.first, shape.second);
         p.act = act;
-        CAPTURE(n);
+        CAPTURE(p.n);
         CHECK(select_gemm_kernel(p, h200, {}).kernel == KernelId::CudaSkinny);
       }
     const auto refused = [&](const GemmProblem& p) {
