@@ -149,6 +149,8 @@ TEST_CASE("selector: cuda_skinny takes one-row GEMMs on nn.Linear weights, and s
     CHECK(refused(problem(dtype, 1, 11008, 4096)).find("not K-contiguous") != std::string::npos);
     CHECK(refused(linear(dtype, 1, 11008, 4095)).find("K = 4095 is not a multiple") !=
           std::string::npos);
+    CHECK(refused(linear(dtype, 1, 4096, std::int64_t{1} << 31)).find("K 2^30") !=
+          std::string::npos);
     CHECK(refused(linear(dtype, 1, 512, 4096)).find("fewer than half the 132 SMs") !=
           std::string::npos);
     // A batch over one weight folds into M while the rows fit.

@@ -197,9 +197,9 @@ std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& 
         std::pair{"B's batch stride", b.batch_stride}})
     if (stride % vector != 0)
       return fmt::format("{} ({} elements) is not a multiple of 16 bytes", name, stride);
-  constexpr std::int64_t kIntMax = 2147483647;
-  if (p.n > kIntMax || p.k > kIntMax || p.batch > 65535)
-    return "N or K exceeds 2^31 - 1, or the batch 65535";
+  // The kernel's K loop counts in int and steps past K by up to 512 elements.
+  if (p.n > 2147483647 || p.k > (std::int64_t{1} << 30) || p.batch > 65535)
+    return "N exceeds 2^31 - 1, K 2^30, or the batch 65535";
   // A block for half the SMs at least: fewer columns leave most of the chip
   // idle while each warp streams its weight rows.
   const std::int64_t blocks = (p.n + kSkinnyColumnsPerBlock - 1) / kSkinnyColumnsPerBlock * p.batch;
