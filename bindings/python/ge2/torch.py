@@ -32,6 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+if not hasattr(torch.library, "custom_op") or not hasattr(torch.library, "opcheck"):
+    raise ImportError(f"ge2.torch needs PyTorch 2.4 or newer (torch.library.custom_op); this is torch "
+                      f"{torch.__version__}")
+
 import ge2
 from ge2._checks import invalid
 
