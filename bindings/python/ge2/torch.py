@@ -294,7 +294,7 @@ class _Recipe:
 
 
 _SUPPORTED = ("nn.Linear, nn.ReLU, nn.GELU, nn.SiLU, nn.Identity, nn.Dropout (eval), F.linear, F.relu, F.gelu, "
-              "F.silu, and + or * between two values of one shape")
+              "F.silu, .relu(), and + or * (.add, .mul) between two values of one shape")
 
 
 def _refused(what: str, node) -> Exception:
@@ -306,6 +306,8 @@ _MODULE_ACTS = {torch.nn.ReLU: lambda m: "relu", torch.nn.SiLU: lambda m: "silu"
 _FUNCTION_ACTS = {F.relu: "relu", torch.relu: "relu", F.silu: "silu", F.gelu: "gelu"}
 _ADDS = (operator.add, operator.iadd, torch.add)
 _MULS = (operator.mul, operator.imul, torch.mul)
+_METHODS = {"relu": F.relu, "relu_": F.relu, "add": operator.add, "add_": operator.add, "mul": operator.mul,
+            "mul_": operator.mul}
 
 
 def _infer_widths(r: _Recipe, fixed: dict) -> None:
@@ -390,33 +392,35 @@ def _trace(module: torch.nn.Module) -> _Recipe:
                 slot[node] = value_of(node.args[0], node)
             else:
                 raise _refused(f"module '{node.target}' ({type(sub).__name__})", node)
-        elif node.op == "call_function":
-            if node.target is F.linear:
+        elif node.op in ("call_function", "call_method"):
+            # x.relu(), x.add(y), x.mul(y) are the functions F.relu, + and * on their receiver.
+            target = node.target if node.op == "call_function" else _METHODS.get(node.target)
+            if target is None:
+                raise _refused(f"method '{node.target}'", node)
+            if target is F.linear:
                 args = list(node.args) + [None] * (3 - len(node.args))
                 if "bias" in node.kwargs:
                     args[2] = node.kwargs["bias"]
                 if any(a is not None and a not in params for a in args[1:3]):
                     raise _refused("F.linear with a weight or bias that is not a parameter", node)
                 linear_step(node, args[0], params.get(args[1]), params.get(args[2]), node.name)
-            elif node.target in _FUNCTION_ACTS:
-                act = _FUNCTION_ACTS[node.target]
+            elif target in _FUNCTION_ACTS:
+                act = _FUNCTION_ACTS[target]
                 extra = dict(node.kwargs)
                 extra.pop("inplace", None)
                 if act == "gelu" and extra.pop("approximate", "none") == "tanh":
                     act = "gelu_tanh"
                 if len(node.args) != 1 or extra:
-                    raise _refused(f"'{node.target.__name__}' with arguments {node.args[1:]} {extra}", node)
+                    raise _refused(f"'{target.__name__}' with arguments {node.args[1:]} {extra}", node)
                 src = value_of(node.args[0], node)
                 r.steps.append(("act", node.name, new_slot(node), src, act))
-            elif node.target in _ADDS or node.target in _MULS:
+            elif target in _ADDS or target in _MULS:
                 if len(node.args) != 2 or node.kwargs:
-                    raise _refused(f"'{node.target.__name__}' with arguments {node.args} {node.kwargs}", node)
+                    raise _refused(f"'{target.__name__}' with arguments {node.args} {node.kwargs}", node)
                 a, b = (value_of(arg, node) for arg in node.args)
-                r.steps.append(("add" if node.target in _ADDS else "mul", node.name, new_slot(node), a, b))
+                r.steps.append(("add" if target in _ADDS else "mul", node.name, new_slot(node), a, b))
             else:
-                raise _refused(f"function '{getattr(node.target, '__name__', node.target)}'", node)
-        elif node.op == "call_method":
-            raise _refused(f"method '{node.target}'", node)
+                raise _refused(f"function '{getattr(target, '__name__', target)}'", node)
         elif node.op == "output":
             if not isinstance(node.args[0], torch.fx.Node):
                 raise _refused("an output that is not one tensor", node)

@@ -77,6 +77,24 @@ class FunctionalLinear(torch.nn.Module):
         return F.relu(F.linear(x, self.w, self.b))
 
 
+class MethodStyle(torch.nn.Module):  # tensor methods instead of functions
+    def __init__(self, d, h):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(d, h), torch.nn.Linear(h, d)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x).relu()).add(x)
+
+
+class Sigmoid(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(x).sigmoid()
+
+
 def blocks(d, h):
     return {
         "sequential_gelu": torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.GELU(), torch.nn.Dropout(0.1),
@@ -87,6 +105,7 @@ def blocks(d, h):
         "residual_gelu": ResidualGelu(d, h),
         "llama_mlp": LlamaMLP(d, h),
         "functional": FunctionalLinear(d, h),
+        "methods": MethodStyle(d, h),
     }
 
 
@@ -233,6 +252,8 @@ def test_bad_modules_and_inputs_are_refused():
 
     with pytest.raises(ge2.InvalidArgumentError, match=r"module 'norm' \(LayerNorm\) at node 'norm' is not supported"):
         gt.convert(Norm())
+    with pytest.raises(ge2.InvalidArgumentError, match="method 'sigmoid' at node 'sigmoid' is not supported"):
+        gt.convert(Sigmoid())
     with pytest.raises(ge2.InvalidArgumentError, match="a second input"):
         gt.convert(torch.nn.Bilinear(4, 4, 4))
     with pytest.raises(ge2.InvalidArgumentError, match="widths"):
