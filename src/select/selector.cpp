@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
+#include <utility>
 
 #include "core/error.hpp"
 
@@ -143,28 +145,50 @@ GemmProblem fold_batch_into_m(const GemmProblem& p) {
   return folded;
 }
 
-std::string cutlass_layout_problem(const GemmProblem& problem) {
-  const GemmProblem p = fold_batch_into_m(problem);
-  const std::int64_t vector = 16 / static_cast<std::int64_t>(dtype_size(p.dtype));
+namespace {
+
+// What ge2's own weight kernels (CUTLASS, cuda_skinny) read: K contiguous in
+// op(A) and op(B) (B as nn.Linear's [N, K] weight, trans_b), row-major D and C.
+std::string k_contiguous_problem(const GemmProblem& p) {
   const MatrixView a = p.op_a(), b = p.op_b();
   if (a.col_stride != 1 && a.cols != 1) return "op(A) is not row-major (K is not contiguous)";
   if (b.row_stride != 1 && b.rows != 1)
-    return "op(B) is not K-contiguous (the CUTLASS kernels take B as an [N, K] weight, trans_b)";
+    return "op(B) is not K-contiguous (ge2's own kernels take B as an [N, K] weight, trans_b)";
   if (p.d.col_stride != 1) return "D is not row-major";
   if (p.has_c && p.c.col_stride != 1) return "C is not row-major";
+  return "";
+}
+
+// The first of the named strides (elements) that is not a whole number of
+// 16-byte vectors of `vector` elements; empty when all are.
+std::string unaligned_stride(std::initializer_list<std::pair<const char*, std::int64_t>> strides,
+                             std::int64_t vector) {
+  for (const auto& [name, stride] : strides)
+    if (stride % vector != 0)
+      return fmt::format("{} ({} elements) is not a multiple of 16 bytes", name, stride);
+  return "";
+}
+
+}  // namespace
+
+std::string cutlass_layout_problem(const GemmProblem& problem) {
+  const GemmProblem p = fold_batch_into_m(problem);
+  const std::int64_t vector = 16 / static_cast<std::int64_t>(dtype_size(p.dtype));
+  if (std::string reason = k_contiguous_problem(p); !reason.empty()) return reason;
   if (p.has_bias && p.bias_stride != 1) return "bias is not contiguous";
   if (p.k % vector != 0) return fmt::format("K = {} is not a multiple of {}", p.k, vector);
   if (p.n % vector != 0) return fmt::format("N = {} is not a multiple of {}", p.n, vector);
-  const std::int64_t lda = a.row_stride, ldb = b.col_stride;
-  for (auto [name, stride] : {std::pair{"A's row stride", lda}, std::pair{"B's row stride", ldb},
-                              std::pair{"D's row stride", p.d.row_stride},
-                              std::pair{"C's row stride", p.has_c ? p.c.row_stride : vector},
-                              std::pair{"A's batch stride", p.a.batch_stride},
-                              std::pair{"B's batch stride", p.b.batch_stride},
-                              std::pair{"D's batch stride", p.d.batch_stride},
-                              std::pair{"C's batch stride", p.has_c ? p.c.batch_stride : 0}})
-    if (stride % vector != 0)
-      return fmt::format("{} ({} elements) is not a multiple of 16 bytes", name, stride);
+  if (std::string reason = unaligned_stride({{"A's row stride", p.op_a().row_stride},
+                                             {"B's row stride", p.op_b().col_stride},
+                                             {"D's row stride", p.d.row_stride},
+                                             {"C's row stride", p.has_c ? p.c.row_stride : vector},
+                                             {"A's batch stride", p.a.batch_stride},
+                                             {"B's batch stride", p.b.batch_stride},
+                                             {"D's batch stride", p.d.batch_stride},
+                                             {"C's batch stride", p.has_c ? p.c.batch_stride : 0}},
+                                            vector);
+      !reason.empty())
+    return reason;
   if (p.batch > 1 && (p.a.batch_stride == 0 || p.b.batch_stride == 0 || p.d.batch_stride == 0 ||
                       (p.has_c && p.c.batch_stride == 0)))
     return "an operand is shared across the batch and the batch does not fold into M";
@@ -182,21 +206,18 @@ GemmProblem skinny_problem(const GemmProblem& problem) {
 std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& device) {
   const GemmProblem p = skinny_problem(problem);
   const std::int64_t vector = 16 / static_cast<std::int64_t>(dtype_size(p.dtype));
-  const MatrixView a = p.op_a(), b = p.op_b();
   if (p.m > kSkinnyMaxRows)
     return fmt::format("M = {} is more rows than it takes ({})", p.m, kSkinnyMaxRows);
-  if (a.col_stride != 1 && a.cols != 1) return "op(A) is not row-major (K is not contiguous)";
-  if (b.row_stride != 1 && b.rows != 1)
-    return "op(B) is not K-contiguous (it takes B as an [N, K] weight, trans_b)";
-  if (p.d.col_stride != 1) return "D is not row-major";
-  if (p.has_c && p.c.col_stride != 1) return "C is not row-major";
+  if (std::string reason = k_contiguous_problem(p); !reason.empty()) return reason;
   if (p.k % vector != 0) return fmt::format("K = {} is not a multiple of {}", p.k, vector);
-  for (auto [name, stride] :
-       {std::pair{"A's row stride", a.row_stride}, std::pair{"B's row stride", b.col_stride},
-        std::pair{"A's batch stride", a.batch_stride},
-        std::pair{"B's batch stride", b.batch_stride}})
-    if (stride % vector != 0)
-      return fmt::format("{} ({} elements) is not a multiple of 16 bytes", name, stride);
+  const MatrixView a = p.op_a(), b = p.op_b();
+  if (std::string reason = unaligned_stride({{"A's row stride", a.row_stride},
+                                             {"B's row stride", b.col_stride},
+                                             {"A's batch stride", a.batch_stride},
+                                             {"B's batch stride", b.batch_stride}},
+                                            vector);
+      !reason.empty())
+    return reason;
   // The kernel's K loop counts in int and steps past K by up to 512 elements.
   if (p.n > 2147483647 || p.k > (std::int64_t{1} << 30) || p.batch > 65535)
     return "N exceeds 2^31 - 1, K 2^30, or the batch 65535";
