@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "ir/kernel_problems.hpp"
 #include "select/kernel_id.hpp"
 
@@ -36,5 +38,8 @@ inline constexpr int kFallbackTileM = 64, kFallbackTileN = 64, kFallbackTileK = 
 // skinny_layout_problem), A and B at 16-byte-aligned addresses.
 void launch_skinny_gemm(const GemmProblem& problem, const void* a, const void* b, const void* c,
                         const void* bias, void* d, cudaStream_t stream);
+// The configuration launch_skinny_gemm runs, as the plan and the tuning database
+// name it (a stored row of another configuration is stale).
+std::string skinny_configuration();
 
 }  // namespace ge2::cuda

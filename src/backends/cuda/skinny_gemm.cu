@@ -1,6 +1,8 @@
 // cuda_skinny: the library's instance of the kernel in skinny_gemm.cuh, for
 // decode-sized GEMMs (M <= kSkinnyMaxRows) on nn.Linear weights. One launch, no
 // workspace, no library call: its host cost is a kernel launch.
+#include <fmt/format.h>
+
 #include "backends/cuda/cuda_errors.hpp"
 #include "backends/cuda/dtype_dispatch.cuh"
 #include "backends/cuda/kernels.hpp"
@@ -17,6 +19,13 @@ using LibraryConfig = skinny::Config<8, 2, 2>;
 static_assert(LibraryConfig::kColumnsPerBlock == kSkinnyColumnsPerBlock);
 
 }  // namespace
+
+std::string skinny_configuration() {
+  return fmt::format(
+      "{} warps of {} columns per block, {} vectors per column in flight, up to {} rows, fp32 "
+      "accumulation",
+      LibraryConfig::kWarps, LibraryConfig::kCols, LibraryConfig::kUnroll, kSkinnyMaxRows);
+}
 
 void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, const void* c,
                         const void* bias, void* d, cudaStream_t stream) {

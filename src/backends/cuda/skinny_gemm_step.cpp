@@ -1,6 +1,4 @@
 // The cuda_skinny step (decode-sized GEMMs) and its timer for the tuning mode.
-#include <fmt/format.h>
-
 #include <cstdint>
 
 #include "backends/cuda/gemm_steps.hpp"
@@ -13,11 +11,6 @@ namespace ge2::cuda {
 namespace {
 
 bool vector_aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-std::string configuration() {
-  return fmt::format("one warp per column, {} columns per block, up to {} rows, fp32 accumulation",
-                     kSkinnyColumnsPerBlock, kSkinnyMaxRows);
-}
 
 class SkinnyGemmStep final : public Step {
  public:
@@ -44,7 +37,7 @@ class SkinnyGemmStep final : public Step {
   }
 
   nlohmann::json describe() const override {
-    return fused_kernel_description("cuda_skinny", "cuda_skinny", configuration(), problem_,
+    return fused_kernel_description("cuda_skinny", "cuda_skinny", skinny_configuration(), problem_,
                                     folded_, fallback_.get());
   }
 
@@ -82,11 +75,11 @@ class SkinnyTimer final : public FamilyTimer {
           kernel_name(kernel), problem.shape_string(), difference);
       return std::nullopt;
     }
-    return TimedKernel{rig.median_us(run), {{"configuration", configuration()}}};
+    return TimedKernel{rig.median_us(run), {{"configuration", skinny_configuration()}}};
   }
 
   bool row_matches(KernelId, const GemmProblem&, const nlohmann::json& stored) const override {
-    return stored.is_object() && stored.value("configuration", "") == configuration();
+    return stored.is_object() && stored.value("configuration", "") == skinny_configuration();
   }
 
  private:
