@@ -31,7 +31,16 @@ class ArrayView:
                 f"strides={self.strides}, on_device={self.on_device}, library={self.library!r})")
 
 
-_TORCH_DTYPES = {}
+_TORCH_DTYPES = {}  # torch dtype -> ge2 dtype code, filled on first use (torch is optional)
+
+
+def torch_dtype_codes() -> dict:
+    """{torch dtype: ge2 dtype code} for the dtypes ge2 takes: the one table every torch path uses."""
+    if not _TORCH_DTYPES:
+        import torch
+        _TORCH_DTYPES.update({torch.float16: _capi.DTYPE_F16, torch.bfloat16: _capi.DTYPE_BF16,
+                              torch.float32: _capi.DTYPE_F32})
+    return _TORCH_DTYPES
 _torch_stream_of = []  # [function(device) -> raw stream], filled on first use
 
 
@@ -47,10 +56,7 @@ def _torch_current_stream(torch, device) -> int:
 
 def _torch_view(t, want_stream, argument, function) -> ArrayView:
     import torch
-    if not _TORCH_DTYPES:
-        _TORCH_DTYPES.update({torch.float16: _capi.DTYPE_F16, torch.bfloat16: _capi.DTYPE_BF16,
-                              torch.float32: _capi.DTYPE_F32})
-    dtype = _TORCH_DTYPES.get(t.dtype)
+    dtype = torch_dtype_codes().get(t.dtype)
     if dtype is None:
         raise TypeError(f"{function}: argument '{argument}': torch dtype {t.dtype} is not float16, "
                         f"bfloat16 or float32")
@@ -203,7 +209,7 @@ def empty_like_library(library: str, shape: tuple, dtype: int, like):
             library = "numpy"
     if library == "torch":
         import torch
-        dt = {_capi.DTYPE_F16: torch.float16, _capi.DTYPE_BF16: torch.bfloat16, _capi.DTYPE_F32: torch.float32}[dtype]
+        dt = next(t for t, code in torch_dtype_codes().items() if code == dtype)
         return torch.empty(shape, dtype=dt, device=like.device)
     if library == "cupy":
         import cupy

@@ -41,11 +41,8 @@ from ge2._checks import invalid
 
 __all__ = ["Ge2Module", "PlanFunction", "context_for", "convert", "linear"]
 
-_DTYPES = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
-_DTYPE_CODES = {torch.float16: ge2._capi.DTYPE_F16, torch.bfloat16: ge2._capi.DTYPE_BF16,
-                torch.float32: ge2._capi.DTYPE_F32}
-_TORCH_DTYPES = {ge2._capi.DTYPE_F16: torch.float16, ge2._capi.DTYPE_BF16: torch.bfloat16,
-                 ge2._capi.DTYPE_F32: torch.float32}
+_DTYPE_CODES = ge2._arrays.torch_dtype_codes()  # torch dtype -> ge2 dtype code
+_TORCH_DTYPES = {code: dtype for dtype, code in _DTYPE_CODES.items()}
 
 _lock = threading.Lock()
 _contexts: dict = {}  # (device type, index) -> ge2.Context, one per device for the process
@@ -432,7 +429,7 @@ def _trace(module: torch.nn.Module) -> _Recipe:
     if r.output is None or r.output == "x" or not r.steps:
         raise invalid("ge2.torch.convert", "the module computes nothing ge2 can run from its input")
     dtypes = {t.dtype for t in r.constants.values()}
-    if len(dtypes) != 1 or next(iter(dtypes)) not in _DTYPES:
+    if len(dtypes) != 1 or next(iter(dtypes)) not in _DTYPE_CODES:
         raise invalid("ge2.torch.convert", f"the module's parameters have dtypes {sorted(map(str, dtypes))}; "
                                            f"ge2 needs one of float16, bfloat16, float32 for all")
     return r
@@ -518,7 +515,7 @@ class Ge2Module(torch.nn.Module):
                 self._plans.move_to_end(key)
                 return plan
         context = context_for(x.device) if self._tune == "cached" else self._tuning_context(x.device)
-        graph = _build_graph(self._recipe, tokens, _DTYPES[x.dtype])
+        graph = _build_graph(self._recipe, tokens, ge2._DTYPE_TEXT[_DTYPE_CODES[x.dtype]])
         plan = graph.compile(context, **self._options)
         with self._plans_lock:
             self._plans[key] = plan
