@@ -50,16 +50,20 @@ _objects: dict = {}  # id -> weakref to a PlanFunction or Ge2Module the operator
 _next_id = [1]
 
 
+def _device_key(device) -> tuple:
+    """(ge2 device kind, ordinal) of a torch device: a CUDA device without an index is the current one."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return ("cuda", torch.cuda.current_device() if device.index is None else device.index)
+    if device.type == "cpu":
+        return ("cpu", 0)
+    raise invalid("ge2.torch", f"tensors on device {device} are not supported (CPU and CUDA are)")
+
+
 def context_for(device) -> ge2.Context:
     """The ge2 context the operators use for tensors on `device` (a CPU context for CPU tensors, a
     CUDA context on the same ordinal for CUDA tensors), made on first use and kept."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        key = ("cuda", torch.cuda.current_device() if device.index is None else device.index)
-    elif device.type == "cpu":
-        key = ("cpu", 0)
-    else:
-        raise invalid("ge2.torch", f"tensors on device {device} are not supported (CPU and CUDA are)")
+    key = _device_key(device)
     with _lock:
         context = _contexts.get(key)
         if context is None:
@@ -524,12 +528,10 @@ class Ge2Module(torch.nn.Module):
         return plan
 
     def _tuning_context(self, device):
-        key = (device.type, device.index)
+        key = _device_key(device)
         with self._plans_lock:
             if key not in self._contexts:
-                ordinal = (torch.cuda.current_device() if device.index is None else device.index) \
-                    if device.type == "cuda" else 0
-                self._contexts[key] = ge2.Context(device=device.type, ordinal=ordinal, tune=self._tune)
+                self._contexts[key] = ge2.Context(device=key[0], ordinal=key[1], tune=self._tune)
             return self._contexts[key]
 
     def _run(self, x: Tensor) -> Tensor:

@@ -143,6 +143,16 @@ def test_plans_per_row_count_are_kept_lru(device):
     assert kernels and all(kernels)
 
 
+def test_a_module_of_its_own_tuning_mode_uses_its_own_context():
+    module = fresh(torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.SiLU()), torch.float32, "cpu")
+    converted = gt.convert(module, tune="off")
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        assert rel_error(converted(x), reference(module, x)) <= 1e-5
+    assert list(converted._contexts) == [("cpu", 0)]
+    assert converted._contexts[("cpu", 0)] is not gt.context_for("cpu")
+
+
 def test_weights_are_taken_at_conversion():
     module = fresh(torch.nn.Sequential(torch.nn.Linear(16, 8)), torch.float32, "cpu")
     x = torch.randn(4, 16)
