@@ -326,6 +326,25 @@ GE2_API ge2_status_t ge2_graph_add_input(ge2_graph_t* graph, const char* name,
                                          const ge2_tensor_desc_t* desc, ge2_value_t* out);
 
 /*
+** ge2_graph_add_dynamic_input: declare a named input whose leading dimension
+** (dimension 0: the rows of a matrix, the batch of a rank-3 tensor) is the
+** graph's dynamic extent, the token or batch count given at each execution
+** (ge2_plan_execute_dynamic). desc->shape[0] is the extent's upper bound; the
+** other dimensions are fixed. All dynamic inputs, and every value computed
+** from one, share the one extent, and a plan sizes its intermediates for the
+** bound once. desc must have rank 2 or 3 with dimension 0 outermost
+** (strides[0] at least the span of the other dimensions, as dense row-major
+** has), so that a smaller extent addresses a prefix of the bound's bytes; an
+** output layout of a dynamic value follows the same rule. The extent may reach
+** a GEMM only as the rows of op(a) or as a batch, never as K or N, and an
+** elementwise operand of the other's rank must be dynamic exactly when the
+** other is; the node that breaks this is refused with GE2_ERROR_SHAPE_MISMATCH.
+** Otherwise as ge2_graph_add_input. (Added in 2.4.)
+*/
+GE2_API ge2_status_t ge2_graph_add_dynamic_input(ge2_graph_t* graph, const char* name,
+                                                 const ge2_tensor_desc_t* desc, ge2_value_t* out);
+
+/*
 ** ge2_graph_add_constant: declare a named tensor whose contents are given now,
 ** typically a weight. data is host memory holding the tensor as desc
 ** describes it (desc's strides, all zero meaning dense row-major); ge2 copies
@@ -425,8 +444,9 @@ typedef struct ge2_compile_options {
   const char* force_kernel; /* NULL, or a kernel name ("lt_f16", "cuda_f32", "cpu_ref", ...)
                                to use for every GEMM; $GE2_FORCE_KERNEL is read when NULL */
   int graph_replay;         /* CUDA: record an execution's work as a CUDA graph and replay it
-                               while the bound pointers repeat (the 8 most recent sets are
-                               kept; new pointers record again). One cudaGraphLaunch then
+                               while the bound pointers repeat (the 64 most recent sets,
+                               each per extent of a dynamic plan, are kept; new
+                               pointers record again). One cudaGraphLaunch then
                                replaces one cuBLASLt call per step on the host. Costs a
                                32 MiB workspace per plan. Executions stay stream-ordered as
                                without it; the data are read when the replay runs. Ignored
@@ -482,6 +502,21 @@ typedef struct ge2_io_info {
 GE2_API ge2_status_t ge2_plan_io_count(const ge2_plan_t* plan, size_t* out);
 GE2_API ge2_status_t ge2_plan_io_info(const ge2_plan_t* plan, size_t index, ge2_io_info_t* out);
 
+/*
+** ge2_plan_get_max_extent: the upper bound of the plan's dynamic extent (see
+** ge2_graph_add_dynamic_input), or 0 when the graph had no dynamic input.
+** (Added in 2.4.)
+*/
+GE2_API ge2_status_t ge2_plan_get_max_extent(const ge2_plan_t* plan, int64_t* out);
+
+/*
+** ge2_plan_io_is_dynamic: *out = 1 when input or output `index` (as for
+** ge2_plan_io_info) has the dynamic extent as its leading dimension, else 0.
+** ge2_plan_io_info describes such an io at the bound. (A function of its own
+** because ge2_io_info_t has no struct_size to grow by. Added in 2.4.)
+*/
+GE2_API ge2_status_t ge2_plan_io_is_dynamic(const ge2_plan_t* plan, size_t index, int* out);
+
 /* A name bound to memory for one execution. */
 typedef struct ge2_binding {
   const char* name;
@@ -503,6 +538,28 @@ typedef struct ge2_binding {
 */
 GE2_API ge2_status_t ge2_plan_execute(ge2_plan_t* plan, const ge2_binding_t* bindings,
                                       size_t num_bindings, void* stream);
+
+/*
+** ge2_plan_execute_dynamic: run a plan with a dynamic extent (see
+** ge2_graph_add_dynamic_input) at `extent` rows or batches, 1 <= extent <=
+** ge2_plan_get_max_extent; other values, and a plan without a dynamic extent,
+** are GE2_ERROR_INVALID_ARGUMENT. A dynamic io's binding must span the bytes
+** of its description with shape[0] = extent: (extent - 1) * strides[0] plus
+** the span of one row (or matrix); the fixed ios span their required_bytes.
+** Otherwise as ge2_plan_execute, which runs such a plan at the bound.
+**
+** Kernels are chosen at compile time once per bucket of extents (the tuning
+** database's rule: 1, 2, 3-4, 5-8, ... 129-256, then multiples of 256, each
+** chosen at its largest extent, tuned there in GE2_TUNE_TUNE mode); the plan
+** text lists the buckets and their choices. The first execution at an extent
+** builds that extent's steps with its bucket's kernels (no device memory is
+** allocated unless a step stages unaligned operands); the plan keeps the steps
+** of the 128 most recently used extents. With graph_replay, one graph is
+** recorded per (extent, bound pointers). (Added in 2.4.)
+*/
+GE2_API ge2_status_t ge2_plan_execute_dynamic(ge2_plan_t* plan, int64_t extent,
+                                              const ge2_binding_t* bindings, size_t num_bindings,
+                                              void* stream);
 
 /* ------------------------------------------------------------------------- */
 /* One-shot GEMM + bias + activation                                         */

@@ -30,11 +30,11 @@ class RefusingBackend final : public Backend {
     return kOffered;
   }
   std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
-                                  KernelId kernel, bool staged) override {
+                                  KernelId kernel, bool staged, TuneUse tune) override {
     ++attempts;
     require(kernel != KernelId::LtF16, GE2_ERROR_UNSUPPORTED,
             "cuBLASLt has no algorithm for this problem (test)");
-    return cpu_->make_gemm(problem, slots, KernelId::CpuRef, staged);
+    return cpu_->make_gemm(problem, slots, KernelId::CpuRef, staged, tune);
   }
   std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                          const ElementwiseSlots& slots) override {

@@ -104,19 +104,38 @@ ge2_status_t ge2_graph_create(ge2_graph_t** out) {
 
 void ge2_graph_destroy(ge2_graph_t* graph) { std::unique_ptr<ge2_graph_s> owned(graph); }
 
+namespace {
+
+void add_input(ge2_graph_t* graph, const char* name, const ge2_tensor_desc_t* desc, bool dynamic,
+               ge2_value_t* out, const char* f) {
+  GraphWriteLock lock(graph, f);
+  check_new_name(graph->graph, name, f);
+  require_not_null(desc, f, "desc");
+  Node node;
+  node.kind = OpKind::Input;
+  node.input_name = name;
+  const std::string where = fmt::format("{}: argument 'desc'", f);
+  node.type = tensor_type_from_desc(*desc, where);
+  if (dynamic) {
+    check_leading_dimension_outermost(node.type, where);
+    node.type.dynamic = true;
+  }
+  require_not_null(out, f, "out");
+  *out = graph->graph.add(std::move(node));
+}
+
+}  // namespace
+
 ge2_status_t ge2_graph_add_input(ge2_graph_t* graph, const char* name,
                                  const ge2_tensor_desc_t* desc, ge2_value_t* out) {
-  return guarded(__func__, [&](const char* f) {
-    GraphWriteLock lock(graph, f);
-    check_new_name(graph->graph, name, f);
-    require_not_null(desc, f, "desc");
-    Node node;
-    node.kind = OpKind::Input;
-    node.input_name = name;
-    node.type = tensor_type_from_desc(*desc, fmt::format("{}: argument 'desc'", f));
-    require_not_null(out, f, "out");
-    *out = graph->graph.add(std::move(node));
-  });
+  return guarded(__func__,
+                 [&](const char* f) { add_input(graph, name, desc, /*dynamic=*/false, out, f); });
+}
+
+ge2_status_t ge2_graph_add_dynamic_input(ge2_graph_t* graph, const char* name,
+                                         const ge2_tensor_desc_t* desc, ge2_value_t* out) {
+  return guarded(__func__,
+                 [&](const char* f) { add_input(graph, name, desc, /*dynamic=*/true, out, f); });
 }
 
 ge2_status_t ge2_graph_add_constant(ge2_graph_t* graph, const char* name,
@@ -260,7 +279,12 @@ ge2_status_t ge2_graph_mark_output(ge2_graph_t* graph, ge2_value_t value, const 
             f, value, op_kind_name(node.kind), node.input_name);
     GraphOutput output{value, name, std::nullopt};
     if (layout != nullptr) {
-      TensorType type = tensor_type_from_desc(*layout, fmt::format("{}: argument 'layout'", f));
+      const std::string where = fmt::format("{}: argument 'layout'", f);
+      TensorType type = tensor_type_from_desc(*layout, where);
+      if (node.type.dynamic) {
+        check_leading_dimension_outermost(type, where);
+        type.dynamic = true;
+      }
       require(type.dtype == node.type.dtype && type.same_shape(node.type), GE2_ERROR_SHAPE_MISMATCH,
               "{}: argument 'layout': {} differs from the value's {}", f, type.shape_string(),
               node.type.shape_string());

@@ -133,11 +133,40 @@ ge2_status_t ge2_plan_io_info(const ge2_plan_t* plan, size_t index, ge2_io_info_
   });
 }
 
+ge2_status_t ge2_plan_get_max_extent(const ge2_plan_t* plan, int64_t* out) {
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(plan, f, "plan");
+    require_not_null(out, f, "out");
+    *out = plan->plan->max_extent();
+  });
+}
+
+ge2_status_t ge2_plan_io_is_dynamic(const ge2_plan_t* plan, size_t index, int* out) {
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(plan, f, "plan");
+    require_not_null(out, f, "out");
+    const auto& io = plan->plan->io();
+    require(index < io.size(), GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'index' = {} is out of range (the plan has {} inputs and outputs)", f,
+            index, io.size());
+    *out = io[index].type.dynamic ? 1 : 0;
+  });
+}
+
 ge2_status_t ge2_plan_execute(ge2_plan_t* plan, const ge2_binding_t* bindings, size_t num_bindings,
                               void* stream) {
   return guarded(__func__, [&](const char* f) {
     require_not_null(plan, f, "plan");
     plan->plan->execute(bindings, num_bindings, stream);
+  });
+}
+
+ge2_status_t ge2_plan_execute_dynamic(ge2_plan_t* plan, int64_t extent,
+                                      const ge2_binding_t* bindings, size_t num_bindings,
+                                      void* stream) {
+  return guarded(__func__, [&](const char* f) {
+    require_not_null(plan, f, "plan");
+    plan->plan->execute_at(extent, bindings, num_bindings, stream);
   });
 }
 

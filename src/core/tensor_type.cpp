@@ -43,7 +43,7 @@ std::size_t TensorType::span_bytes() const {
 }
 
 bool TensorType::same_shape(const TensorType& other) const {
-  if (rank != other.rank) return false;
+  if (rank != other.rank || dynamic != other.dynamic) return false;
   for (int i = 0; i < rank; ++i)
     if (shape[i] != other.shape[i]) return false;
   return true;
@@ -51,8 +51,15 @@ bool TensorType::same_shape(const TensorType& other) const {
 
 std::string TensorType::shape_string() const {
   std::string text = "[";
-  for (int i = 0; i < rank; ++i) text += fmt::format("{}{}", i ? ", " : "", shape[i]);
+  for (int i = 0; i < rank; ++i)
+    text += fmt::format("{}{}{}", i ? ", " : "", i == 0 && dynamic ? "1.." : "", shape[i]);
   return text + fmt::format("] {}", dtype_name(dtype));
+}
+
+TensorType TensorType::at_extent(std::int64_t extent) const {
+  TensorType type = *this;
+  if (dynamic) type.shape[0] = extent;
+  return type;
 }
 
 ge2_tensor_desc_t TensorType::to_desc() const {
@@ -78,6 +85,15 @@ TensorType TensorType::dense(DType dtype, int rank, std::array<std::int64_t, 3> 
   }
   for (int i = rank; i < 3; ++i) type.shape[i] = type.strides[i] = 0;
   return type;
+}
+
+void check_leading_dimension_outermost(const TensorType& type, const std::string& where) {
+  TensorType inner = type;
+  inner.shape[0] = 1;
+  require(type.rank > 1 && type.strides[0] >= inner.span_elements(), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: a dynamic leading dimension needs rank 2 or 3 and dimension 0 outermost, but {} has "
+          "strides [{}, {}, {}]",
+          where, type.shape_string(), type.strides[0], type.strides[1], type.strides[2]);
 }
 
 void check_strides_do_not_overlap(const TensorType& type, const std::string& where) {

@@ -14,13 +14,20 @@ struct TensorType {
   int rank = 0;
   std::array<std::int64_t, 3> shape{0, 0, 0};
   std::array<std::int64_t, 3> strides{0, 0, 0};
+  // shape[0] is the graph's dynamic extent (the token or batch count given at
+  // execution) and holds its upper bound; strides[0] is the outermost stride, so
+  // a smaller extent addresses a prefix of the bound's span.
+  bool dynamic = false;
 
   std::int64_t element_count() const;
   // Elements between the first and one past the last addressed element.
   std::int64_t span_elements() const;
   std::size_t span_bytes() const;
+  // Equal ranks, dimensions and dynamic leading dimension.
   bool same_shape(const TensorType& other) const;
-  std::string shape_string() const;  // e.g. "[4, 128, 64] f16"
+  std::string shape_string() const;  // e.g. "[4, 128, 64] f16", dynamic "[1..4, 128, 64] f16"
+  // The type at `extent` rows (or batches) when dynamic; itself otherwise.
+  TensorType at_extent(std::int64_t extent) const;
 
   ge2_tensor_desc_t to_desc() const;
   static TensorType dense(DType dtype, int rank, std::array<std::int64_t, 3> shape);
@@ -34,6 +41,10 @@ inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 40;
 // Validates a caller's description and returns it with strides filled in.
 // `where` names the function and argument for error messages.
 TensorType tensor_type_from_desc(const ge2_tensor_desc_t& desc, const std::string& where);
+
+// Throws GE2_ERROR_INVALID_ARGUMENT unless dimension 0's stride steps over the
+// span of the others (needed for a dynamic leading dimension: see `dynamic`).
+void check_leading_dimension_outermost(const TensorType& type, const std::string& where);
 
 // Throws GE2_ERROR_INVALID_ARGUMENT if the strides address one element twice.
 void check_strides_do_not_overlap(const TensorType& type, const std::string& where);

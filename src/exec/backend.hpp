@@ -30,6 +30,11 @@ class Buffer {
   virtual void* data() = 0;
 };
 
+// Whether building a GEMM step may tune it (a context in GE2_TUNE_TUNE mode, at
+// compile time) or only reads what is stored: steps built during an execution
+// (a dynamic plan's first run at an extent) never tune.
+enum class TuneUse { AsContext, LookupOnly };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -48,7 +53,7 @@ class Backend {
   // GE2_ERROR_UNSUPPORTED or GE2_ERROR_CUBLAS when the kernel cannot run this
   // problem; it never builds another kernel in its place.
   virtual std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
-                                          KernelId kernel, bool staged) = 0;
+                                          KernelId kernel, bool staged, TuneUse tune) = 0;
   virtual std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                                  const ElementwiseSlots& slots) = 0;
   virtual std::unique_ptr<Buffer> allocate(std::size_t bytes) = 0;

@@ -1,5 +1,7 @@
 #include "exec/plan.hpp"
 
+#include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -7,6 +9,7 @@
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
 #include "passes/pass.hpp"
+#include "tunedb/tune_record.hpp"
 
 namespace ge2 {
 namespace {
@@ -103,6 +106,43 @@ std::pair<ElementwiseProblem, ValueId> elementwise_problem(const Node& node,
        op_kind_name(node.kind));
 }
 
+// Every value's layout at `extent`: dynamic values get it as their leading dimension.
+std::vector<TensorType> storage_at(const std::vector<TensorType>& storage, std::int64_t extent) {
+  std::vector<TensorType> types;
+  types.reserve(storage.size());
+  for (const TensorType& type : storage) types.push_back(type.at_extent(extent));
+  return types;
+}
+
+// The extents that share kernel choices: the tuning database's size buckets
+// (1, 2, 3-4, ... 129-256, then multiples of 256), the last one ending at the bound.
+std::vector<std::pair<std::int64_t, std::int64_t>> extent_buckets(std::int64_t bound) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> buckets;
+  for (std::int64_t first = 1; first <= bound;) {
+    const std::int64_t last = std::min(size_bucket(first), bound);
+    buckets.emplace_back(first, last);
+    first = last + 1;
+  }
+  return buckets;
+}
+
+// The bound all dynamic inputs share (0 without any); differing bounds are refused.
+std::int64_t dynamic_bound(const Graph& graph) {
+  std::int64_t bound = 0;
+  std::string first;
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    const Node& node = graph.node(id);
+    if (node.kind != OpKind::Input || !node.type.dynamic) continue;
+    require(bound == 0 || node.type.shape[0] == bound, GE2_ERROR_SHAPE_MISMATCH,
+            "ge2_plan_compile: dynamic input '{}' has bound {} but '{}' has {}; all dynamic "
+            "inputs share one extent",
+            node.input_name, node.type.shape[0], first, bound);
+    if (bound == 0) first = node.input_name;
+    bound = node.type.shape[0];
+  }
+  return bound;
+}
+
 }  // namespace
 
 std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph graph,
@@ -111,37 +151,39 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
   nlohmann::json passes_json = nlohmann::json::array();
   for (const PassRecord& record : run_pipeline(graph, options.fuse))
     passes_json.push_back({{"pass", record.pass}, {"notes", record.notes}});
+  const std::int64_t bound = dynamic_bound(graph);
 
   auto plan = std::make_unique<Plan>(backend_ptr);
+  plan->options_ = options;
+  plan->max_extent_ = bound;
   const auto count = static_cast<std::size_t>(graph.size());
   // The memory layout of every value: inputs as described, outputs as marked,
   // intermediates dense.
-  std::vector<TensorType> storage(count);
-  std::vector<int> slot_of(count, -1);
+  std::vector<TensorType>& storage = plan->storage_;
+  std::vector<int>& slot_of = plan->slot_of_;
+  storage.resize(count);
+  slot_of.assign(count, -1);
   for (ValueId id = 0; id < graph.size(); ++id)
     storage[static_cast<std::size_t>(id)] = graph.node(id).type;
   for (const auto& output : graph.outputs())
     if (output.layout) storage[static_cast<std::size_t>(output.value)] = *output.layout;
 
-  auto new_slot = [&](void* owned_pointer, std::size_t io_bytes, bool is_output) {
+  auto new_slot = [&](void* owned_pointer, bool is_output) {
     plan->slot_defaults_.push_back(owned_pointer);
-    plan->io_bytes_.push_back(io_bytes);
     plan->io_is_output_.push_back(is_output);
     return static_cast<int>(plan->slot_defaults_.size()) - 1;
   };
   for (ValueId id = 0; id < graph.size(); ++id) {
     const Node& node = graph.node(id);
     if (node.kind != OpKind::Input) continue;
-    const auto& type = storage[static_cast<std::size_t>(id)];
-    const int slot = new_slot(nullptr, type.span_bytes(), false);
+    const int slot = new_slot(nullptr, false);
     slot_of[static_cast<std::size_t>(id)] = slot;
-    plan->io_.push_back({node.input_name, false, type, slot});
+    plan->io_.push_back({node.input_name, false, storage[static_cast<std::size_t>(id)], slot});
   }
   for (const auto& output : graph.outputs()) {
-    const auto& type = storage[static_cast<std::size_t>(output.value)];
-    const int slot = new_slot(nullptr, type.span_bytes(), true);
+    const int slot = new_slot(nullptr, true);
     slot_of[static_cast<std::size_t>(output.value)] = slot;
-    plan->io_.push_back({output.name, true, type, slot});
+    plan->io_.push_back({output.name, true, storage[static_cast<std::size_t>(output.value)], slot});
   }
 
   // All plan-owned buffers at once must fit, not only each one: three buffers
@@ -162,45 +204,111 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
           "ge2_plan_compile: the plan's buffers need more bytes than size_t holds");
   backend.check_plan_memory(*owned_bytes);
 
-  // Constants: copied into the backend's memory now, so executions bind only inputs and outputs.
+  // Constants: copied into the backend's memory now, so executions bind only
+  // inputs and outputs; intermediates: sized once, for the bound.
   nlohmann::json constants_json = nlohmann::json::array();
   for (ValueId id = 0; id < graph.size(); ++id) {
-    const Node& node = graph.node(id);
-    if (!node.live || node.kind != OpKind::Constant) continue;
-    const std::size_t bytes = node.constant_data->size();
-    auto buffer = backend.allocate(bytes);
-    backend.upload(*buffer, node.constant_data->data(), bytes);
-    slot_of[static_cast<std::size_t>(id)] = new_slot(buffer->data(), 0, false);
+    Node& node = graph.node(id);
+    if (!node.live || node.kind == OpKind::Input || slot_of[static_cast<std::size_t>(id)] >= 0)
+      continue;
+    const TensorType& type = storage[static_cast<std::size_t>(id)];
+    auto buffer = backend.allocate(node.kind == OpKind::Constant ? node.constant_data->size()
+                                                                 : type.span_bytes());
+    if (node.kind == OpKind::Constant) {
+      const std::size_t bytes = node.constant_data->size();
+      backend.upload(*buffer, node.constant_data->data(), bytes);
+      constants_json.push_back({{"name", node.input_name},
+                                {"node", id},
+                                {"type", type.shape_string()},
+                                {"bytes", bytes}});
+      node.constant_data.reset();  // the plan keeps the backend's copy only
+    }
+    slot_of[static_cast<std::size_t>(id)] = new_slot(buffer->data(), false);
     plan->owned_.push_back(std::move(buffer));
-    constants_json.push_back({{"name", node.input_name},
-                              {"node", id},
-                              {"type", storage[static_cast<std::size_t>(id)].shape_string()},
-                              {"bytes", bytes}});
   }
+  plan->graph_ = std::move(graph);
 
   nlohmann::json steps_json = nlohmann::json::array();
-  const DeviceInfo& device = backend.device();
-  const MeasuredTime measured = backend.measured_times();
-  for (ValueId id = 0; id < graph.size(); ++id) {
-    const Node& node = graph.node(id);
-    if (!node.live || node.is_source()) continue;
-    auto& slot = slot_of[static_cast<std::size_t>(id)];
-    if (slot < 0) {
-      auto buffer = backend.allocate(storage[static_cast<std::size_t>(id)].span_bytes());
-      slot = new_slot(buffer->data(), 0, false);
-      plan->owned_.push_back(std::move(buffer));
+  nlohmann::json description{{"backend", backend.describe()},
+                             {"graph_replay", options.graph_replay},
+                             {"intermediate_bytes", intermediate_bytes},
+                             {"constant_bytes", constant_bytes},
+                             {"constants", constants_json},
+                             {"passes", passes_json}};
+  if (bound > 0) {
+    // Kernels per bucket, each chosen (and in tuning mode tuned) at the
+    // bucket's largest extent; the steps at the bound use the last bucket's.
+    const DeviceInfo& device = backend.device();
+    const MeasuredTime measured = backend.measured_times();
+    nlohmann::json buckets_json = nlohmann::json::array();
+    for (const auto& [first, last] : extent_buckets(bound)) {
+      ExtentBucket bucket{first, last, std::vector<Selection>(count)};
+      const std::vector<TensorType> types = storage_at(storage, last);
+      nlohmann::json gemms = nlohmann::json::array();
+      for (ValueId id = 0; id < plan->graph_.size(); ++id) {
+        const Node& node = plan->graph_.node(id);
+        if (!node.live || !node.is_gemm_family()) continue;
+        const GemmProblem problem = make_gemm_problem(node, types, id);
+        Selection& selection = bucket.selections[static_cast<std::size_t>(id)];
+        selection =
+            select_gemm_kernel(problem, device, options.policy, measured, backend.gemm_kernels());
+        gemms.push_back({{"node", id},
+                         {"kernel", kernel_name(selection.kernel)},
+                         {"staged", selection.staged},
+                         {"why", selection.why}});
+      }
+      buckets_json.push_back({{"first", first}, {"last", last}, {"gemms", gemms}});
+      plan->buckets_.push_back(std::move(bucket));
     }
-    auto slot_for = [&](ValueId v) {
-      return v == kNoValue ? -1 : slot_of[static_cast<std::size_t>(v)];
-    };
+    description["dynamic"] = {
+        {"max_extent", bound}, {"kept_step_lists", Plan::kMaxStepLists}, {"buckets", buckets_json}};
+    plan->full_ = plan->build_steps(bound, &plan->buckets_.back().selections, TuneUse::AsContext,
+                                    &steps_json);
+  } else {
+    plan->full_ = plan->build_steps(0, nullptr, TuneUse::AsContext, &steps_json);
+  }
+
+  nlohmann::json io_json = nlohmann::json::array();
+  for (const auto& io : plan->io_)
+    io_json.push_back(
+        {{"name", io.name}, {"output", io.is_output}, {"type", io.type.shape_string()}});
+  description["io"] = io_json;
+  description["steps"] = steps_json;
+  plan->description_ = description.dump(2);
+  plan->state_.slots = plan->slot_defaults_;
+  plan->state_.device_state = backend.make_plan_state(options.graph_replay);
+  return plan;
+}
+
+std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
+                                            const std::vector<Selection>* chosen, TuneUse tune,
+                                            nlohmann::json* steps_json) {
+  Backend& backend = *backend_;
+  auto list = std::make_unique<StepList>();
+  list->extent = extent;
+  list->id = next_list_id_++;
+  list->io_bytes.assign(slot_defaults_.size(), 0);
+  for (const PlanIo& io : io_)
+    list->io_bytes[static_cast<std::size_t>(io.slot)] = io.type.at_extent(extent).span_bytes();
+  const std::vector<TensorType> storage = storage_at(storage_, extent);
+  const DeviceInfo& device = backend.device();
+  const MeasuredTime measured = chosen ? MeasuredTime{} : backend.measured_times();
+  auto slot_for = [&](ValueId v) {
+    return v == kNoValue ? -1 : slot_of_[static_cast<std::size_t>(v)];
+  };
+  for (ValueId id = 0; id < graph_.size(); ++id) {
+    const Node& node = graph_.node(id);
+    if (!node.live || node.is_source()) continue;
+    const int slot = slot_for(id);
     nlohmann::json step_json{{"node", id},
                              {"op", op_kind_name(node.kind)},
                              {"fused_from", node.fused_from},
                              {"output", storage[static_cast<std::size_t>(id)].shape_string()}};
     if (node.is_gemm_family()) {
       const GemmProblem problem = make_gemm_problem(node, storage, id);
-      Selection selection =
-          select_gemm_kernel(problem, device, options.policy, measured, backend.gemm_kernels());
+      Selection selection = chosen ? (*chosen)[static_cast<std::size_t>(id)]
+                                   : select_gemm_kernel(problem, device, options_.policy, measured,
+                                                        backend.gemm_kernels());
       const GemmSlots slots{slot_for(node.a), slot_for(node.b), slot_for(node.c),
                             slot_for(node.bias), slot};
       std::unique_ptr<Step> step;
@@ -208,92 +316,115 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
       // GE2_ERROR_UNSUPPORTED when none is left or the kernel was forced.
       while (!step) {
         try {
-          step = backend.make_gemm(problem, slots, selection.kernel, selection.staged);
+          step = backend.make_gemm(problem, slots, selection.kernel, selection.staged, tune);
         } catch (const Error& error) {
           if (error.status() != GE2_ERROR_UNSUPPORTED && error.status() != GE2_ERROR_CUBLAS) throw;
-          refuse_and_reselect(selection, problem, options.policy, error.what());
+          refuse_and_reselect(selection, problem, options_.policy, error.what());
         }
       }
-      plan->steps_.push_back(std::move(step));
+      list->steps.push_back(std::move(step));
       step_json["problem"] = problem_json(problem);
       step_json["selection"] = selection_json(selection);
     } else {
       const auto [problem, y] = elementwise_problem(node, storage, id);
-      plan->steps_.push_back(backend.make_elementwise(
+      list->steps.push_back(backend.make_elementwise(
           problem, {slot_for(node.x), slot_for(node.bias), slot, slot_for(y)}));
       step_json["activation"] = activation_name(problem.act);
       if (problem.x_act != Activation::None)
         step_json["input_activation"] = activation_name(problem.x_act);
     }
-    step_json["kernel"] = plan->steps_.back()->describe();
-    steps_json.push_back(step_json);
+    step_json["kernel"] = list->steps.back()->describe();
+    if (steps_json) steps_json->push_back(step_json);
   }
-
-  nlohmann::json io_json = nlohmann::json::array();
-  for (const auto& io : plan->io_)
-    io_json.push_back(
-        {{"name", io.name}, {"output", io.is_output}, {"type", io.type.shape_string()}});
-  const nlohmann::json description{{"backend", backend.describe()},
-                                   {"graph_replay", options.graph_replay},
-                                   {"intermediate_bytes", intermediate_bytes},
-                                   {"constant_bytes", constant_bytes},
-                                   {"constants", constants_json},
-                                   {"passes", passes_json},
-                                   {"io", io_json},
-                                   {"steps", steps_json}};
-  plan->description_ = description.dump(2);
-  plan->state_.slots = plan->slot_defaults_;
-  plan->state_.device_state = backend.make_plan_state(options.graph_replay);
-  return plan;
+  return list;
 }
 
 void Plan::execute(const ge2_binding_t* bindings, std::size_t count, void* stream) {
+  std::lock_guard lock(mutex_);
+  run(*full_, bindings, count, stream, "ge2_plan_execute");
+}
+
+void Plan::execute_at(std::int64_t extent, const ge2_binding_t* bindings, std::size_t count,
+                      void* stream) {
+  const char* function = "ge2_plan_execute_dynamic";
+  require(max_extent_ > 0, GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'plan' has no dynamic extent (its graph has no input from "
+          "ge2_graph_add_dynamic_input); run it with ge2_plan_execute",
+          function);
+  require(extent >= 1 && extent <= max_extent_, GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'extent' = {} is outside the plan's [1, {}]", function, extent,
+          max_extent_);
+  std::lock_guard lock(mutex_);
+  run(extent == max_extent_ ? *full_ : steps_at(extent), bindings, count, stream, function);
+}
+
+const ExtentBucket& Plan::bucket_of(std::int64_t extent) const {
+  const auto it = std::lower_bound(
+      buckets_.begin(), buckets_.end(), extent,
+      [](const ExtentBucket& bucket, std::int64_t value) { return bucket.last < value; });
+  assert(it != buckets_.end() && it->first <= extent);
+  return *it;
+}
+
+StepList& Plan::steps_at(std::int64_t extent) {
+  const auto hit = std::find_if(lists_.begin(), lists_.end(),
+                                [&](const auto& list) { return list->extent == extent; });
+  if (hit != lists_.end()) {
+    std::rotate(hit, hit + 1, lists_.end());  // now the most recently used
+    return *lists_.back();
+  }
+  // Built before anything is evicted, so a failure leaves the kept lists as they were.
+  auto list = build_steps(extent, &bucket_of(extent).selections, TuneUse::LookupOnly, nullptr);
+  if (lists_.size() == kMaxStepLists) lists_.erase(lists_.begin());
+  lists_.push_back(std::move(list));
+  return *lists_.back();
+}
+
+void Plan::run(StepList& list, const ge2_binding_t* bindings, std::size_t count, void* stream,
+               const char* function) {
   require(bindings != nullptr || count == 0, GE2_ERROR_INVALID_ARGUMENT,
-          "ge2_plan_execute: argument 'bindings' is NULL with num_bindings = {}", count);
+          "{}: argument 'bindings' is NULL with num_bindings = {}", function, count);
   // Checked before the array is read: a count larger than the array it
   // describes must not make ge2 read past it.
   require(count <= io_.size(), GE2_ERROR_INVALID_ARGUMENT,
-          "ge2_plan_execute: argument 'num_bindings' = {} is more than the plan's {} inputs and "
-          "outputs",
-          count, io_.size());
-  std::lock_guard lock(mutex_);
+          "{}: argument 'num_bindings' = {} is more than the plan's {} inputs and outputs",
+          function, count, io_.size());
   state_.slots = slot_defaults_;
   state_.stream = stream;
+  state_.steps_id = list.id;
   std::vector<bool> bound(io_.size(), false);
   for (std::size_t i = 0; i < count; ++i) {
     const ge2_binding_t& binding = bindings[i];
     require(binding.name != nullptr, GE2_ERROR_INVALID_ARGUMENT,
-            "ge2_plan_execute: argument 'bindings[{}].name' is NULL", i);
+            "{}: argument 'bindings[{}].name' is NULL", function, i);
     std::size_t index = 0;
     while (index < io_.size() && io_[index].name != binding.name) ++index;
     require(index < io_.size(), GE2_ERROR_INVALID_ARGUMENT,
-            "ge2_plan_execute: argument 'bindings[{}].name' = '{}' is not an input or output of "
-            "the plan",
-            i, binding.name);
+            "{}: argument 'bindings[{}].name' = '{}' is not an input or output of the plan",
+            function, i, binding.name);
     require(!bound[index], GE2_ERROR_INVALID_ARGUMENT,
-            "ge2_plan_execute: argument 'bindings[{}].name' = '{}' is bound twice", i,
-            binding.name);
+            "{}: argument 'bindings[{}].name' = '{}' is bound twice", function, i, binding.name);
     require(binding.data != nullptr, GE2_ERROR_INVALID_ARGUMENT,
-            "ge2_plan_execute: argument 'bindings[{}].data' for '{}' is NULL", i, binding.name);
+            "{}: argument 'bindings[{}].data' for '{}' is NULL", function, i, binding.name);
     bound[index] = true;
     state_.slots[static_cast<std::size_t>(io_[index].slot)] = binding.data;
   }
   for (std::size_t index = 0; index < io_.size(); ++index) {
     require(bound[index], GE2_ERROR_INVALID_ARGUMENT,
-            "ge2_plan_execute: argument 'bindings': {} '{}' is not bound",
+            "{}: argument 'bindings': {} '{}' is not bound", function,
             io_[index].is_output ? "output" : "input", io_[index].name);
   }
-  check_outputs_do_not_overlap();
-  backend_->execute(steps_, state_, io_bytes_, io_is_output_);
+  check_outputs_do_not_overlap(list, function);
+  backend_->execute(list.steps, state_, list.io_bytes, io_is_output_);
 }
 
 // Kernels read inputs while they write outputs (cuBLASLt and the reference loop
 // alike), so an output sharing bytes with another binding gives wrong results.
-void Plan::check_outputs_do_not_overlap() const {
+void Plan::check_outputs_do_not_overlap(const StepList& list, const char* function) const {
   auto range_of = [&](const PlanIo& io) {
-    const auto begin =
-        reinterpret_cast<std::uintptr_t>(state_.slots[static_cast<std::size_t>(io.slot)]);
-    return std::pair{begin, begin + io_bytes_[static_cast<std::size_t>(io.slot)]};
+    const auto slot = static_cast<std::size_t>(io.slot);
+    const auto begin = reinterpret_cast<std::uintptr_t>(state_.slots[slot]);
+    return std::pair{begin, begin + list.io_bytes[slot]};
   };
   for (const PlanIo& output : io_) {
     if (!output.is_output) continue;
@@ -302,10 +433,10 @@ void Plan::check_outputs_do_not_overlap() const {
       if (&other == &output) continue;
       const auto [other_begin, other_end] = range_of(other);
       require(end <= other_begin || other_end <= begin, GE2_ERROR_INVALID_ARGUMENT,
-              "ge2_plan_execute: argument 'bindings': output '{}' ({} bytes at {:#x}) overlaps "
-              "{} '{}' ({} bytes at {:#x}); an output must not share memory with another binding",
-              output.name, end - begin, begin, other.is_output ? "output" : "input", other.name,
-              other_end - other_begin, other_begin);
+              "{}: argument 'bindings': output '{}' ({} bytes at {:#x}) overlaps {} '{}' ({} "
+              "bytes at {:#x}); an output must not share memory with another binding",
+              function, output.name, end - begin, begin, other.is_output ? "output" : "input",
+              other.name, other_end - other_begin, other_begin);
     }
   }
 }

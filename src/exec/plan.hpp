@@ -1,6 +1,9 @@
 // A compiled plan: steps with their kernels, the buffers it owns, and its text.
+// A plan with a dynamic extent keeps one step list per extent it ran at, built
+// on first use from kernels chosen once per bucket of extents at compile time.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,8 +23,22 @@ struct CompileOptions {
 struct PlanIo {
   std::string name;
   bool is_output = false;
-  TensorType type;  // with the strides the bound memory has
+  TensorType type;  // with the strides the bound memory has; a dynamic one at the bound
   int slot = -1;
+};
+
+// The steps that run the plan at one extent (a fixed plan has one list).
+struct StepList {
+  std::int64_t extent = 0;
+  std::uint64_t id = 0;  // ExecState::steps_id while it runs
+  std::vector<std::unique_ptr<Step>> steps;
+  std::vector<std::size_t> io_bytes;  // per slot: bytes a binding spans, 0 for plan-owned
+};
+
+// Extents first..last share the kernel of each GEMM node chosen at `last`.
+struct ExtentBucket {
+  std::int64_t first = 0, last = 0;
+  std::vector<Selection> selections;  // by node id; GEMM nodes only
 };
 
 class Plan {
@@ -30,20 +47,44 @@ class Plan {
 
   const std::vector<PlanIo>& io() const { return io_; }
   const std::string& description() const { return description_; }
+  // The bound of the dynamic extent; 0 for a plan of fixed shapes.
+  std::int64_t max_extent() const { return max_extent_; }
+  // Runs at the bound (a dynamic plan) or the fixed shapes.
   void execute(const ge2_binding_t* bindings, std::size_t count, void* stream);
+  // Runs a dynamic plan at `extent` (1..max_extent()).
+  void execute_at(std::int64_t extent, const ge2_binding_t* bindings, std::size_t count,
+                  void* stream);
+
+  // Step lists of extents other than the bound kept for reuse, least recently used evicted.
+  static constexpr std::size_t kMaxStepLists = 128;
 
  private:
-  void check_outputs_do_not_overlap() const;
+  void run(StepList& list, const ge2_binding_t* bindings, std::size_t count, void* stream,
+           const char* function);
+  void check_outputs_do_not_overlap(const StepList& list, const char* function) const;
+  StepList& steps_at(std::int64_t extent);
+  const ExtentBucket& bucket_of(std::int64_t extent) const;
+  // `chosen`: the GEMM selections to build (a bucket's), else chosen now.
+  // `steps_json`: receives each step's text when not null.
+  std::unique_ptr<StepList> build_steps(std::int64_t extent, const std::vector<Selection>* chosen,
+                                        TuneUse tune, nlohmann::json* steps_json);
 
   friend std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend, Graph graph,
                                             const CompileOptions& options);
   std::shared_ptr<Backend> backend_;  // shared so a plan outlives its context safely
+  CompileOptions options_;
+  Graph graph_;                      // after the passes; constants' bytes live in owned_
+  std::vector<TensorType> storage_;  // memory layout of every value, at the bound
+  std::vector<int> slot_of_;         // by value id; -1 for dead values
   std::vector<PlanIo> io_;
   std::vector<std::unique_ptr<Buffer>> owned_;
   std::vector<void*> slot_defaults_;  // owned buffers; nullptr where the caller binds
-  std::vector<std::size_t> io_bytes_;
   std::vector<bool> io_is_output_;
-  std::vector<std::unique_ptr<Step>> steps_;
+  std::int64_t max_extent_ = 0;
+  std::vector<ExtentBucket> buckets_;
+  std::unique_ptr<StepList> full_;                // at the bound, or the fixed shapes
+  std::vector<std::unique_ptr<StepList>> lists_;  // other extents, least recently used first
+  std::uint64_t next_list_id_ = 1;
   std::string description_;
   std::mutex mutex_;
   ExecState state_;  // reused between executions (guarded by mutex_)

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -17,6 +18,9 @@ class PlanDeviceState {
 // Pointers for one execution: slot i holds the bound or plan-owned buffer of one value.
 struct ExecState {
   std::vector<void*> slots;
+  // Which of the plan's step lists runs (a dynamic plan has one per extent):
+  // a recorded graph replays only for the list it was recorded from.
+  std::uint64_t steps_id = 0;
   void* stream = nullptr;
   void* workspace = nullptr;  // device scratch for this stream (CUDA)
   std::size_t workspace_bytes = 0;

@@ -47,6 +47,30 @@ void require_same_dtype(const TensorType& x, const TensorType& y, const char* ro
           dtype_name(y.dtype), dtype_name(x.dtype));
 }
 
+// The dynamic extent stays the leading dimension of every value it reaches: the
+// rows of op(A) or the batch. As K or N it would change every row's arithmetic
+// (and N the weights), so those uses are refused.
+bool gemm_result_is_dynamic(const TensorType& a, const TensorType& b, const GemmAttrs& attrs,
+                            const std::string& where) {
+  const bool batched = a.rank == 3 || b.rank == 3;
+  require(!b.dynamic || b.rank == 3, GE2_ERROR_SHAPE_MISMATCH,
+          "{}: argument 'b': {} has a dynamic leading dimension, which is B's {}; only the rows of "
+          "op(a) or a batch may be dynamic",
+          where, b.shape_string(), attrs.trans_b ? "N" : "K");
+  require(!a.dynamic || a.rank == 3 || !attrs.trans_a, GE2_ERROR_SHAPE_MISMATCH,
+          "{}: argument 'a': {} is transposed, so its dynamic leading dimension is K; only the "
+          "rows of op(a) or a batch may be dynamic",
+          where, a.shape_string());
+  require(!a.dynamic || a.rank == 3 || !batched, GE2_ERROR_SHAPE_MISMATCH,
+          "{}: argument 'a': the dynamic rows of {} would be dimension 1 of the batched result; "
+          "the dynamic extent must stay the leading dimension",
+          where, a.shape_string());
+  require(a.rank != 3 || b.rank != 3 || a.dynamic == b.dynamic, GE2_ERROR_SHAPE_MISMATCH,
+          "{}: argument 'b': batch of {} and of a {} must both be dynamic or both fixed", where,
+          b.shape_string(), a.shape_string());
+  return a.dynamic || b.dynamic;
+}
+
 TensorType infer_gemm(const Graph& graph, const Node& node, const std::string& where) {
   const TensorType& a = operand_type(graph, node.a, "a", where);
   const TensorType& b = operand_type(graph, node.b, "b", where);
@@ -74,6 +98,7 @@ TensorType infer_gemm(const Graph& graph, const Node& node, const std::string& w
           batched ? fmt::format("{}, ", batch) : "", m, n, dtype_name(a.dtype), kMaxElements);
   TensorType out = batched ? TensorType::dense(a.dtype, 3, {batch, m, n})
                            : TensorType::dense(a.dtype, 2, {m, n, 0});
+  out.dynamic = gemm_result_is_dynamic(a, b, node.gemm, where);
 
   if (node.c != kNoValue) {
     const TensorType& c = operand_type(graph, node.c, "c", where);
@@ -105,7 +130,9 @@ TensorType infer_elementwise(const Graph& graph, const Node& node, const std::st
             "{}: argument 'bias': shape {} must be [{}] (x's last dimension)", where,
             bias.shape_string(), n);
   }
-  return TensorType::dense(x.dtype, x.rank, x.shape);
+  TensorType out = TensorType::dense(x.dtype, x.rank, x.shape);
+  out.dynamic = x.dynamic;
+  return out;
 }
 
 // out = x (op) y with y's shape a trailing part of x's, broadcast over the rest.
@@ -121,7 +148,14 @@ TensorType infer_binary(const Graph& graph, const Node& node, const std::string&
   require(trailing, GE2_ERROR_SHAPE_MISMATCH,
           "{}: argument 'b': shape {} is neither a's shape {} nor a trailing part of it", where,
           y.shape_string(), x.shape_string());
-  return TensorType::dense(x.dtype, x.rank, x.shape);
+  // Broadcast over a's leading dimensions, b's own leading dimension is not a's.
+  require(y.rank == x.rank ? y.dynamic == x.dynamic : !y.dynamic, GE2_ERROR_SHAPE_MISMATCH,
+          "{}: argument 'b': {} and a {} must both have a dynamic leading dimension or neither "
+          "(a broadcast b has none)",
+          where, y.shape_string(), x.shape_string());
+  TensorType out = TensorType::dense(x.dtype, x.rank, x.shape);
+  out.dynamic = x.dynamic;
+  return out;
 }
 
 // out = act(x[..., :n]) * x[..., n:]: the gate and up halves of one GEMM result.
@@ -134,7 +168,9 @@ TensorType infer_gated_mul(const Graph& graph, const Node& node, const std::stri
           "{}: argument 'x': last dimension {} is not even ({})", where, width, x.shape_string());
   std::array<std::int64_t, 3> shape = x.shape;
   shape[x.rank - 1] = width / 2;
-  return TensorType::dense(x.dtype, x.rank, shape);
+  TensorType out = TensorType::dense(x.dtype, x.rank, shape);
+  out.dynamic = x.dynamic;
+  return out;
 }
 
 TensorType source_type(const Graph&, const Node& node, const std::string&) { return node.type; }

@@ -264,32 +264,90 @@ PlanPtr compile_plan(ge2_context_t* context, const ge2_graph_t* graph, bool fuse
   return PlanPtr(raw_plan);
 }
 
-GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c) {
-  INFO(c.label());
-  const std::int64_t t = c.tokens, h = c.hidden, i_size = c.intermediate;
-  const bool gelu = c.kind == FfnKind::GeluMlp;
-  // Weights scaled by 1/sqrt(fan_in), as nn.Linear initialises them: activations stay O(1).
+FfnWeights make_ffn_weights(ge2_dtype_t dtype, std::int64_t hidden, std::int64_t intermediate) {
+  // Scaled by 1/sqrt(fan_in), as nn.Linear initialises them: activations stay O(1).
   auto weight = [&](std::int64_t out, std::int64_t in) {
-    HostTensor w = make_tensor(c.dtype, {out, in});
+    HostTensor w = make_tensor(dtype, {out, in});
     const double bound = 1.0 / std::sqrt(static_cast<double>(in));
     fill_random(w, -bound, bound);
     return w;
   };
-  HostTensor x = make_tensor(c.dtype, {t, h});
-  fill_random(x);
-  HostTensor w1 = weight(i_size, h);  // W1 (GELU) or W_gate (SwiGLU)
-  HostTensor w3 = weight(i_size, h);  // W_up (SwiGLU only)
-  HostTensor w2 = weight(h, i_size);  // W2 or W_down
-  HostTensor b1 = make_tensor(c.dtype, {i_size}), b2 = make_tensor(c.dtype, {h});
-  fill_random(b1);
-  fill_random(b2);
-  HostTensor y = make_tensor(c.dtype, {t, h});
-  poison(y);
+  FfnWeights w{weight(intermediate, hidden), weight(intermediate, hidden),
+               weight(hidden, intermediate), make_tensor(dtype, {intermediate}),
+               make_tensor(dtype, {hidden})};
+  fill_random(w.b1);
+  fill_random(w.b2);
+  return w;
+}
 
-  GraphPtr graph = make_graph();
+ge2_value_t add_ffn_block(ge2_graph_t* graph, FfnKind kind, bool residual, ge2_value_t x,
+                          FfnWeights& w,
+                          const std::function<ge2_value_t(const char*, HostTensor&)>& parameter) {
   ge2_gemm_attrs_t linear;  // x * W^T
   GE2_CHECK(ge2_gemm_attrs_init(&linear));
   linear.trans_b = 1;
+  auto gemm = [&](ge2_value_t a, ge2_value_t weight) {
+    ge2_value_t v;
+    GE2_CHECK(ge2_graph_add_gemm(graph, a, weight, GE2_NO_VALUE, &linear, &v));
+    return v;
+  };
+  const ge2_value_t vw1 = parameter("w1", w.w1), vw2 = parameter("w2", w.w2);
+  ge2_value_t hidden_value, out;
+  if (kind == FfnKind::GeluMlp) {
+    const ge2_value_t vb1 = parameter("b1", w.b1), vb2 = parameter("b2", w.b2);
+    GE2_CHECK(ge2_graph_add_bias(graph, gemm(x, vw1), vb1, &hidden_value));
+    GE2_CHECK(ge2_graph_add_activation(graph, hidden_value, GE2_ACT_GELU_ERF, &hidden_value));
+    GE2_CHECK(ge2_graph_add_bias(graph, gemm(hidden_value, vw2), vb2, &out));
+  } else {
+    const ge2_value_t vw3 = parameter("w3", w.w3);
+    ge2_value_t gate;
+    GE2_CHECK(ge2_graph_add_activation(graph, gemm(x, vw1), GE2_ACT_SILU, &gate));
+    GE2_CHECK(
+        ge2_graph_add_elementwise(graph, GE2_ELEMENTWISE_MUL, gate, gemm(x, vw3), &hidden_value));
+    out = gemm(hidden_value, vw2);
+  }
+  if (residual) GE2_CHECK(ge2_graph_add_elementwise(graph, GE2_ELEMENTWISE_ADD, out, x, &out));
+  return out;
+}
+
+std::vector<double> ffn_reference(FfnKind kind, bool residual, const HostTensor& x,
+                                  const FfnWeights& w) {
+  // fp64, with nothing rounded in between.
+  const bool gelu = kind == FfnKind::GeluMlp;
+  const std::int64_t t = x.shape[0], h = x.shape[1], i_size = w.w1.shape[0];
+  std::vector<double> hid(static_cast<std::size_t>(t * i_size)),
+      ref(static_cast<std::size_t>(t * h));
+  auto dot = [&](const HostTensor& a, std::int64_t row, const HostTensor& weight,
+                 std::int64_t w_row, std::int64_t n) {
+    double sum = 0;
+    for (std::int64_t k = 0; k < n; ++k)
+      sum += a.get(a.offset(0, row, k)) * weight.get(weight.offset(0, w_row, k));
+    return sum;
+  };
+  for (std::int64_t r = 0; r < t; ++r)
+    for (std::int64_t j = 0; j < i_size; ++j)
+      hid[static_cast<std::size_t>(r * i_size + j)] =
+          gelu ? activation_ref(GE2_ACT_GELU_ERF, dot(x, r, w.w1, j, h) + w.b1.get(j))
+               : activation_ref(GE2_ACT_SILU, dot(x, r, w.w1, j, h)) * dot(x, r, w.w3, j, h);
+  for (std::int64_t r = 0; r < t; ++r)
+    for (std::int64_t j = 0; j < h; ++j) {
+      double sum = gelu ? w.b2.get(j) : 0.0;
+      for (std::int64_t k = 0; k < i_size; ++k)
+        sum += hid[static_cast<std::size_t>(r * i_size + k)] * w.w2.get(w.w2.offset(0, j, k));
+      ref[static_cast<std::size_t>(r * h + j)] = sum + (residual ? x.get(x.offset(0, r, j)) : 0.0);
+    }
+  return ref;
+}
+
+GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c) {
+  INFO(c.label());
+  FfnWeights w = make_ffn_weights(c.dtype, c.hidden, c.intermediate);
+  HostTensor x = make_tensor(c.dtype, {c.tokens, c.hidden});
+  fill_random(x);
+  HostTensor y = make_tensor(c.dtype, {c.tokens, c.hidden});
+  poison(y);
+
+  GraphPtr graph = make_graph();
   std::vector<ge2_binding_t> bindings;
   auto input = [&](const char* name, HostTensor& tensor) {
     const ge2_tensor_desc_t desc = tensor.desc();
@@ -306,79 +364,66 @@ GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c
     GE2_CHECK(ge2_graph_add_constant(graph.get(), name, &desc, tensor.data(), &v));
     return v;
   };
-  auto gemm = [&](ge2_value_t a, ge2_value_t w) {
-    ge2_value_t v;
-    GE2_CHECK(ge2_graph_add_gemm(graph.get(), a, w, GE2_NO_VALUE, &linear, &v));
-    return v;
-  };
-  const ge2_value_t vx = input("x", x), vw1 = parameter("w1", w1), vw2 = parameter("w2", w2);
-  ge2_value_t hidden_value, out;
-  if (gelu) {
-    const ge2_value_t vb1 = parameter("b1", b1), vb2 = parameter("b2", b2);
-    GE2_CHECK(ge2_graph_add_bias(graph.get(), gemm(vx, vw1), vb1, &hidden_value));
-    GE2_CHECK(ge2_graph_add_activation(graph.get(), hidden_value, GE2_ACT_GELU_ERF, &hidden_value));
-    GE2_CHECK(ge2_graph_add_bias(graph.get(), gemm(hidden_value, vw2), vb2, &out));
-  } else {
-    const ge2_value_t vw3 = parameter("w3", w3);
-    ge2_value_t gate;
-    GE2_CHECK(ge2_graph_add_activation(graph.get(), gemm(vx, vw1), GE2_ACT_SILU, &gate));
-    GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_MUL, gate, gemm(vx, vw3),
-                                        &hidden_value));
-    out = gemm(hidden_value, vw2);
-  }
-  if (c.residual)
-    GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_ADD, out, vx, &out));
+  const ge2_value_t vx = input("x", x);
+  const ge2_value_t out = add_ffn_block(graph.get(), c.kind, c.residual, vx, w, parameter);
   GE2_CHECK(ge2_graph_mark_output(graph.get(), out, "y", nullptr));
   PlanPtr plan = compile_plan(context, graph.get(), c.fuse);
 
   void* y_data = memory.upload(y);
   bindings.push_back({"y", y_data});
   // Constants were copied when they were added: the caller's buffers may change.
-  std::vector<HostTensor> originals;
+  const FfnWeights originals = w;
   if (c.constant_weights)
-    for (HostTensor* w : {&w1, &w3, &w2, &b1, &b2}) {
-      originals.push_back(*w);
-      poison(*w);
-    }
+    for (HostTensor* t : {&w.w1, &w.w3, &w.w2, &w.b1, &w.b2}) poison(*t);
   GE2_CHECK(ge2_plan_execute(plan.get(), bindings.data(), bindings.size(), memory.stream()));
   memory.download(y_data, y);
-  if (c.constant_weights) {
-    w1 = originals[0];
-    w3 = originals[1];
-    w2 = originals[2];
-    b1 = originals[3];
-    b2 = originals[4];
-  }
 
-  // fp64 reference, with nothing rounded in between.
-  std::vector<double> hid(static_cast<std::size_t>(t * i_size)),
-      ref(static_cast<std::size_t>(t * h));
-  auto dot = [&](const HostTensor& a, std::int64_t row, const HostTensor& w, std::int64_t w_row,
-                 std::int64_t n) {
-    double sum = 0;
-    for (std::int64_t k = 0; k < n; ++k)
-      sum += a.get(a.offset(0, row, k)) * w.get(w.offset(0, w_row, k));
-    return sum;
-  };
-  for (std::int64_t r = 0; r < t; ++r)
-    for (std::int64_t j = 0; j < i_size; ++j)
-      hid[static_cast<std::size_t>(r * i_size + j)] =
-          gelu ? activation_ref(GE2_ACT_GELU_ERF, dot(x, r, w1, j, h) + b1.get(j))
-               : activation_ref(GE2_ACT_SILU, dot(x, r, w1, j, h)) * dot(x, r, w3, j, h);
-  for (std::int64_t r = 0; r < t; ++r)
-    for (std::int64_t j = 0; j < h; ++j) {
-      double sum = gelu ? b2.get(j) : 0.0;
-      for (std::int64_t k = 0; k < i_size; ++k)
-        sum += hid[static_cast<std::size_t>(r * i_size + k)] * w2.get(w2.offset(0, j, k));
-      ref[static_cast<std::size_t>(r * h + j)] =
-          sum + (c.residual ? x.get(x.offset(0, r, j)) : 0.0);
-    }
   GemmResult result;
-  result.error = relative_error(y, ref);
+  result.error = relative_error(y, ffn_reference(c.kind, c.residual, x, originals));
   const char* text = nullptr;
   GE2_CHECK(ge2_plan_describe(plan.get(), &text));
   result.plan_json = text;
   return result;
+}
+
+DynamicFfn::DynamicFfn(ge2_context_t* context, ge2_dtype_t dtype_, FfnKind kind_,
+                       std::int64_t max_tokens, std::int64_t hidden, std::int64_t intermediate,
+                       bool residual_, bool graph_replay)
+    : dtype(dtype_),
+      kind(kind_),
+      residual(residual_),
+      weights(make_ffn_weights(dtype_, hidden, intermediate)) {
+  GraphPtr graph = make_graph();
+  const ge2_tensor_desc_t x_desc{dtype, 2, {max_tokens, hidden}, {0, 0}};
+  ge2_value_t x;
+  GE2_CHECK(ge2_graph_add_dynamic_input(graph.get(), "x", &x_desc, &x));
+  auto constant = [&](const char* name, HostTensor& tensor) {
+    const ge2_tensor_desc_t desc = tensor.desc();
+    ge2_value_t v;
+    GE2_CHECK(ge2_graph_add_constant(graph.get(), name, &desc, tensor.data(), &v));
+    return v;
+  };
+  const ge2_value_t out = add_ffn_block(graph.get(), kind, residual, x, weights, constant);
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), out, "y", nullptr));
+  ge2_compile_options_t options;
+  GE2_CHECK(ge2_compile_options_init(&options));
+  options.graph_replay = graph_replay ? 1 : 0;
+  ge2_plan_t* raw = nullptr;
+  GE2_CHECK(ge2_plan_compile(context, graph.get(), &options, &raw));
+  plan.reset(raw);
+}
+
+double DynamicFfn::run(Memory& memory, std::int64_t tokens) {
+  INFO("tokens = " << tokens);
+  HostTensor x = make_tensor(dtype, {tokens, weights.w1.shape[1]});
+  fill_random(x);
+  HostTensor y = make_tensor(dtype, {tokens, weights.w1.shape[1]});
+  poison(y);
+  void* y_data = memory.upload(y);
+  const ge2_binding_t bindings[] = {{"x", memory.upload(x)}, {"y", y_data}};
+  GE2_CHECK(ge2_plan_execute_dynamic(plan.get(), tokens, bindings, 2, memory.stream()));
+  memory.download(y_data, y);
+  return relative_error(y, ffn_reference(kind, residual, x, weights));
 }
 
 std::string GluCase::label() const {

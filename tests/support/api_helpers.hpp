@@ -11,7 +11,7 @@
 #include "support/reference.hpp"
 
 // Fails the enclosing doctest case with ge2's message unless the call returns GE2_OK.
-#define GE2_CHECK(call) REQUIRE_MESSAGE((call) == GE2_OK, ge2_last_error())
+#define GE2_CHECK(call) REQUIRE_MESSAGE((call) == GE2_OK, std::string(ge2_last_error()))
 
 namespace ge2::test {
 
@@ -107,6 +107,38 @@ std::vector<FfnCase> ffn_cases(std::int64_t tokens, std::int64_t hidden, std::in
 // Builds, compiles and runs the block on fresh random data; returns the
 // relative error of y against an fp64 reference (GemmResult's fields).
 GemmResult run_ffn_case(ge2_context_t* context, Memory& memory, const FfnCase& c);
+
+// An FFN block's parameters on fresh random data: w1 (W1 or W_gate) and w3
+// (W_up) [intermediate, hidden], w2 [hidden, intermediate], biases b1, b2.
+struct FfnWeights {
+  HostTensor w1, w3, w2, b1, b2;
+};
+FfnWeights make_ffn_weights(ge2_dtype_t dtype, std::int64_t hidden, std::int64_t intermediate);
+// Adds the block on x to `graph` and returns y; `parameter` adds each weight
+// (as an input or a constant) under its name.
+ge2_value_t add_ffn_block(ge2_graph_t* graph, FfnKind kind, bool residual, ge2_value_t x,
+                          FfnWeights& weights,
+                          const std::function<ge2_value_t(const char*, HostTensor&)>& parameter);
+// The block's y for x [tokens, hidden] in fp64, dense [tokens, hidden].
+std::vector<double> ffn_reference(FfnKind kind, bool residual, const HostTensor& x,
+                                  const FfnWeights& weights);
+
+// The block compiled once with x's token count dynamic (bound max_tokens) and
+// constant weights; run() executes it at any token count.
+struct DynamicFfn {
+  DynamicFfn(ge2_context_t* context, ge2_dtype_t dtype, FfnKind kind, std::int64_t max_tokens,
+             std::int64_t hidden, std::int64_t intermediate, bool residual,
+             bool graph_replay = false);
+  // Runs at `tokens` on fresh random x with x and y sized for exactly that many
+  // rows (y poisoned); returns y's relative error against fp64.
+  double run(Memory& memory, std::int64_t tokens);
+
+  ge2_dtype_t dtype;
+  FfnKind kind;
+  bool residual;
+  FfnWeights weights;
+  PlanPtr plan;
+};
 
 // A gated linear unit y = act(x Wg + bg) * (x Wu + bu) with constant weights,
 // the pattern the gate/up concatenation pass turns into one GEMM of width 2I

@@ -174,14 +174,17 @@ class Graph:
             _lib.ge2_graph_destroy(self._handle)
             self._handle = None
 
-    def input(self, name: str, shape, dtype="f16", strides=None) -> Value:
+    def input(self, name: str, shape, dtype="f16", strides=None, dynamic: bool = False) -> Value:
         """A named tensor bound at every execution: shape of 1 to 3 dimensions, dtype "f16", "bf16" or
-        "f32", element strides (None: dense row-major)."""
+        "f32", element strides (None: dense row-major). dynamic: shape[0] (the rows, or the batch of
+        a rank-3 tensor) is the graph's dynamic extent with shape[0] as its bound; a plan then runs
+        any extent up to it (see ge2_graph_add_dynamic_input)."""
         f = "ge2.Graph.input"
         encoded = _checks.name(name, "name", f)
         desc = _desc(_dtype(dtype, f), shape, strides, f)
+        add = _lib.ge2_graph_add_dynamic_input if _checks.flag(dynamic, "dynamic", f) else _lib.ge2_graph_add_input
         out = ctypes.c_int32()
-        _check(_lib.ge2_graph_add_input(self._handle, encoded, ctypes.byref(desc), ctypes.byref(out)))
+        _check(add(self._handle, encoded, ctypes.byref(desc), ctypes.byref(out)))
         return Value(out.value)
 
     def constant(self, name: str, array) -> Value:
@@ -286,8 +289,20 @@ def _on_the_context(v, argument: str, on_cuda: bool, function: str) -> None:
                                 f"the CPU backend")
 
 
+def _expected_strides(io: dict, shape: tuple) -> tuple:
+    """The io's strides as ArrayView reports them for an array of `shape`: extent-1 dimensions
+    get the dense stride."""
+    strides, dense = list(io["stored_strides"]), 1
+    for d in reversed(range(len(shape))):
+        if shape[d] == 1:
+            strides[d] = dense
+        dense *= shape[d]
+    return tuple(strides)
+
+
 class Plan:
-    """A compiled graph. execute() binds arrays by name."""
+    """A compiled graph. execute() binds arrays by name; a plan with a dynamic extent
+    (`max_extent` > 0) runs at the leading dimension of its dynamic arrays."""
 
     def __init__(self, context: Context, graph: Graph, fuse=True, allow_tf32=False, force_kernel=None,
                  graph_replay=False):
@@ -306,6 +321,10 @@ class Plan:
         self._handle = handle
         self.context = context  # keeps the context alive at least as long as the plan
         self._on_cuda = context.device == "cuda"
+        bound = ctypes.c_int64()
+        _check(_lib.ge2_plan_get_max_extent(self._handle, ctypes.byref(bound)))
+        #: The bound of the plan's dynamic extent (0: fixed shapes).
+        self.max_extent = bound.value
         self.io = self._io()
         self._names = {name: name.encode() for name in self.io}
 
@@ -316,15 +335,14 @@ class Plan:
         for i in range(count.value):
             info = _capi.IoInfo()
             _check(_lib.ge2_plan_io_info(self._handle, i, ctypes.byref(info)))
+            dynamic = ctypes.c_int()
+            _check(_lib.ge2_plan_io_is_dynamic(self._handle, i, ctypes.byref(dynamic)))
             rank = info.desc.rank
-            shape = tuple(info.desc.shape[:rank])
-            strides, dense = list(info.desc.strides[:rank]), 1
-            for d in reversed(range(rank)):  # as ArrayView: extent-1 dimensions get the dense stride
-                if shape[d] == 1:
-                    strides[d] = dense
-                dense *= shape[d]
-            io[info.name.decode()] = {"output": bool(info.is_output), "dtype": info.desc.dtype,
-                                      "shape": shape, "strides": tuple(strides)}
+            entry = {"output": bool(info.is_output), "dtype": info.desc.dtype,
+                     "shape": tuple(info.desc.shape[:rank]), "stored_strides": tuple(info.desc.strides[:rank]),
+                     "dynamic": bool(dynamic.value)}
+            entry["strides"] = _expected_strides(entry, entry["shape"])
+            io[info.name.decode()] = entry
         return io
 
     def describe(self) -> dict:
@@ -349,13 +367,24 @@ class Plan:
         stream = _stream(stream, f)
         bindings = (_capi.Binding * len(arrays))()
         need_stream = stream is None and self._on_cuda
+        extent, extent_of = None, None  # the dynamic extent, and the array that set it
         for i, (name, array) in enumerate(arrays.items()):
             v = view(array, name, f, want_stream=need_stream)
             expected = self.io[name]
-            if v.dtype != expected["dtype"] or v.shape != expected["shape"] or v.strides != expected["strides"]:
+            shape, strides = expected["shape"], expected["strides"]
+            if expected["dynamic"] and v.shape:
+                if extent is None:
+                    if not 1 <= v.shape[0] <= self.max_extent:
+                        raise invalid(f, f"argument '{name}': leading dimension {v.shape[0]} is outside the "
+                                         f"plan's dynamic extent [1, {self.max_extent}]")
+                    extent, extent_of = v.shape[0], name
+                shape = (extent,) + shape[1:]
+                strides = _expected_strides(expected, shape)
+            if v.dtype != expected["dtype"] or v.shape != shape or v.strides != strides:
+                dynamic = f" (the dynamic extent {extent} set by '{extent_of}')" if expected["dynamic"] else ""
                 raise invalid(f, f"argument '{name}': {_DTYPE_TEXT[v.dtype]} {v.shape} with element strides "
                                  f"{v.strides} differs from the plan's {_DTYPE_TEXT[expected['dtype']]} "
-                                 f"{expected['shape']} with strides {expected['strides']}")
+                                 f"{shape} with strides {strides}{dynamic}")
             if expected["output"] and v.readonly:
                 raise invalid(f, f"argument '{name}' is an output but its array is read-only")
             _on_the_context(v, name, self._on_cuda, f)
@@ -363,7 +392,10 @@ class Plan:
                 stream, need_stream = v.stream, False
             bindings[i].name = self._names[name]
             bindings[i].data = v.pointer
-        _check(_lib.ge2_plan_execute(self._handle, bindings, len(arrays), stream))
+        if self.max_extent:
+            _check(_lib.ge2_plan_execute_dynamic(self._handle, extent, bindings, len(arrays), stream))
+        else:
+            _check(_lib.ge2_plan_execute(self._handle, bindings, len(arrays), stream))
 
     def __del__(self):
         if getattr(self, "_handle", None) is not None:

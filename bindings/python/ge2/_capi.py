@@ -112,6 +112,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ge2_graph_create": (S, [pp]),
         "ge2_graph_destroy": (None, [P]),
         "ge2_graph_add_input": (S, [P, ctypes.c_char_p, ctypes.POINTER(TensorDesc), value_p]),
+        "ge2_graph_add_dynamic_input": (S, [P, ctypes.c_char_p, ctypes.POINTER(TensorDesc), value_p]),
         "ge2_gemm_attrs_init_sized": (S, [ctypes.POINTER(GemmAttrs), ctypes.c_size_t]),  # with this module's struct size
         "ge2_graph_add_gemm": (S, [P, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(GemmAttrs), value_p]),
         "ge2_graph_add_bias": (S, [P, ctypes.c_int32, ctypes.c_int32, value_p]),
@@ -128,6 +129,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ge2_plan_io_count": (S, [P, ctypes.POINTER(ctypes.c_size_t)]),
         "ge2_plan_io_info": (S, [P, ctypes.c_size_t, ctypes.POINTER(IoInfo)]),
         "ge2_plan_execute": (S, [P, ctypes.POINTER(Binding), ctypes.c_size_t, P]),
+        "ge2_plan_get_max_extent": (S, [P, ctypes.POINTER(ctypes.c_int64)]),
+        "ge2_plan_io_is_dynamic": (S, [P, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int)]),
+        "ge2_plan_execute_dynamic": (S, [P, ctypes.c_int64, ctypes.POINTER(Binding), ctypes.c_size_t, P]),
         "ge2_gemm_params_init_sized": (S, [ctypes.POINTER(GemmParams), ctypes.c_size_t]),  # with this module's struct size
         "ge2_gemm_bias_act": (S, [P, ctypes.POINTER(GemmParams), P, P, P, P, P]),
     }

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import ge2
-from reference import reference, rel_error
+from reference import gelu_erf, reference, rel_error
 
 
 def test_api_version_and_library_version():
@@ -286,3 +286,38 @@ def test_dlpack_refuses_what_ge2_cannot_take(cpu):
     with pytest.raises(ge2.InvalidArgumentError, match="device type 8"):
         ge2.gemm_bias_act(OnAnotherDevice(np.ones((2, 2), np.float32)), np.ones((2, 2), np.float32),
                           context=cpu)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f32"])
+def test_dynamic_extent_one_plan_runs_every_token_count(cpu, dtype):
+    """One GELU MLP plan with x's rows dynamic (bound 300): token counts 1..300 against fp64,
+    each with arrays of exactly that many rows; mismatched and out-of-range rows are refused."""
+    rng = np.random.default_rng()
+    hidden, inter, bound = 16, 24, 300
+    np_dtype = {"f16": np.float16, "f32": np.float32}[dtype]
+    w1 = (rng.uniform(-1, 1, (inter, hidden)) / np.sqrt(hidden)).astype(np_dtype)
+    w2 = (rng.uniform(-1, 1, (hidden, inter)) / np.sqrt(inter)).astype(np_dtype)
+    b1 = rng.uniform(-1, 1, inter).astype(np_dtype)
+    g = ge2.Graph()
+    x = g.input("x", (bound, hidden), dtype, dynamic=True)
+    h = g.activation(g.bias(g.gemm(x, g.constant("w1", w1), trans_b=True), g.constant("b1", b1)), "gelu")
+    g.output(g.add(g.gemm(h, g.constant("w2", w2), trans_b=True), x), "y")
+    plan = g.compile(cpu)
+    assert plan.max_extent == bound
+    assert plan.io["x"]["dynamic"] and plan.io["y"]["dynamic"]
+    assert len(plan.describe()["dynamic"]["buckets"]) == 10  # 1, 2, 3-4, ..., 129-256, 257-300
+    for tokens in list(range(1, 40)) + [64, 129, 256, 257, 299, 300]:
+        xs = rng.uniform(-1, 1, (tokens, hidden)).astype(np_dtype)
+        y = np.full((tokens, hidden), np.nan, np_dtype)
+        plan.execute({"x": xs, "y": y})
+        x64 = xs.astype(np.float64)
+        pre = x64 @ w1.T.astype(np.float64) + b1.astype(np.float64)
+        want = x64 + gelu_erf(pre) @ w2.T.astype(np.float64)
+        assert rel_error(y, want) <= (1e-5 if dtype == "f32" else 4e-3), tokens
+    xs = np.zeros((5, hidden), np_dtype)
+    with pytest.raises(ge2.InvalidArgumentError, match=r"argument 'y'.*\(5, 16\).*dynamic extent 5 set by 'x'"):
+        plan.execute({"x": xs, "y": np.zeros((6, hidden), np_dtype)})
+    with pytest.raises(ge2.InvalidArgumentError, match=r"leading dimension 301 is outside .*\[1, 300\]"):
+        plan.execute({"x": np.zeros((301, hidden), np_dtype), "y": np.zeros((301, hidden), np_dtype)})
+    with pytest.raises(ge2.ShapeMismatchError, match="dynamic leading dimension"):
+        g.add(x, g.input("fixed", (bound, hidden), dtype))

@@ -77,7 +77,7 @@ class CpuBackend final : public Backend {
     return kOffered;
   }
   std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
-                                  KernelId kernel, bool) override {
+                                  KernelId kernel, bool, TuneUse) override {
     require(kernel == KernelId::CpuRef, GE2_ERROR_UNSUPPORTED,
             "the CPU backend cannot run kernel '{}'", kernel_name(kernel));
     return std::make_unique<CpuGemmStep>(problem, slots);

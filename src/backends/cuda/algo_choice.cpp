@@ -99,11 +99,12 @@ AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key, TuneDb::R
                       outcome.heuristic_time_us)};
 }
 
-AlgoChoice AlgoChooser::choose(LtMatmul& matmul) {
+AlgoChoice AlgoChooser::choose(LtMatmul& matmul, TuneUse tune) {
   const TuneKey key = make_tune_key(matmul.problem(), matmul.kernel(), device_);
   const std::string text = key.to_string();
   std::lock_guard lock(mutex_);  // also makes tuning of one key happen once per process
   if (auto it = choices_.find(text); it != choices_.end()) return it->second;
+  const bool lookup_only = mode_ == GE2_TUNE_TUNE && tune == TuneUse::LookupOnly;
   AlgoChoice choice;
   bool found = false;
   auto replace = TuneDb::Replace::IfFaster;
@@ -117,11 +118,11 @@ AlgoChoice AlgoChooser::choose(LtMatmul& matmul) {
       }
     }
   }
-  if (!found && mode_ == GE2_TUNE_TUNE) {
+  if (!found && mode_ == GE2_TUNE_TUNE && !lookup_only) {
     choice = tune_now(matmul, key, replace);
     found = true;
   }
-  if (!found && mode_ == GE2_TUNE_CACHED) {
+  if (!found && (mode_ == GE2_TUNE_CACHED || lookup_only)) {
     for (const auto& row : db_.find_in_bucket(key)) {
       if (auto c = from_record(
               matmul, row,
@@ -133,7 +134,7 @@ AlgoChoice AlgoChooser::choose(LtMatmul& matmul) {
     }
   }
   if (!found) choice = heuristic(matmul, 16);
-  choices_.emplace(text, choice);
+  if (!lookup_only) choices_.emplace(text, choice);
   return choice;
 }
 

@@ -11,6 +11,7 @@
 #include "backends/cuda/algo_config.hpp"
 #include "backends/cuda/lt_matmul.hpp"
 #include "backends/cuda/tuner.hpp"
+#include "exec/backend.hpp"
 #include "select/device_info.hpp"
 #include "select/selector.hpp"
 #include "tunedb/tunedb_access.hpp"
@@ -54,7 +55,10 @@ class AlgoChooser {
     timers_[family] = std::move(timer);
   }
 
-  AlgoChoice choose(LtMatmul& matmul);
+  // `tune` LookupOnly: a context in tuning mode reads stored rows (exact, then
+  // the size bucket's) as in cached mode instead of tuning; the result is not
+  // cached, so a later compile of that problem still tunes it.
+  AlgoChoice choose(LtMatmul& matmul, TuneUse tune = TuneUse::AsContext);
   // cuBLASLt's first choice for pointers aligned to `alignment` bytes.
   AlgoChoice heuristic(const LtMatmul& matmul, std::uint32_t alignment) const;
   MeasuredTime measured_times();

@@ -122,7 +122,7 @@ class CudaBackend final : public Backend {
   }
 
   std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
-                                  KernelId kernel, bool staged) override {
+                                  KernelId kernel, bool staged, TuneUse tune) override {
     GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
     require(kernel != KernelId::CpuRef, GE2_ERROR_UNSUPPORTED,
             "the CUDA backend cannot run kernel 'cpu_ref'");
@@ -131,20 +131,20 @@ class CudaBackend final : public Backend {
       return make_skinny_gemm_step(
           problem, slots, device_,
           make_lt_gemm_step(lt_.get(), problem, cublaslt_kernel_for(problem.dtype), slots,
-                            *chooser_));
+                            *chooser_, tune));
 #ifdef GE2_WITH_CUTLASS
     if (is_cutlass_kernel(kernel)) {
       return make_cutlass_gemm_step(
           problem, kernel, slots, ordinal_, device_.sm_count,
           make_lt_gemm_step(lt_.get(), problem, cublaslt_kernel_for(problem.dtype), slots,
-                            *chooser_));
+                            *chooser_, tune));
     }
 #endif
     require(!is_cutlass_kernel(kernel), GE2_ERROR_UNSUPPORTED, "{}", cutlass_absence());
     // No algorithm or an inexpressible layout throws: the plan then asks the
     // selector for its next choice (or fails, for a forced kernel).
-    if (staged) return make_staged_gemm_step(lt_.get(), problem, kernel, slots, *chooser_);
-    return make_lt_gemm_step(lt_.get(), problem, kernel, slots, *chooser_);
+    if (staged) return make_staged_gemm_step(lt_.get(), problem, kernel, slots, *chooser_, tune);
+    return make_lt_gemm_step(lt_.get(), problem, kernel, slots, *chooser_, tune);
   }
   std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                          const ElementwiseSlots& slots) override {

@@ -19,11 +19,11 @@ void* slot_pointer(const ExecState& state, int slot);
 // cuBLASLt GEMM with its epilogue (and the erf-GELU pass where cuBLASLt has none).
 std::unique_ptr<Step> make_lt_gemm_step(cublasLtHandle_t handle, const GemmProblem& problem,
                                         KernelId kernel, const GemmSlots& slots,
-                                        AlgoChooser& chooser);
+                                        AlgoChooser& chooser, TuneUse tune);
 // The same on zero-padded aligned copies of unaligned 16-bit operands.
 std::unique_ptr<Step> make_staged_gemm_step(cublasLtHandle_t handle, const GemmProblem& problem,
                                             KernelId kernel, const GemmSlots& slots,
-                                            AlgoChooser& chooser);
+                                            AlgoChooser& chooser, TuneUse tune);
 // A CUTLASS kernel row (sm90a builds with CUTLASS only); `unaligned_fallback`
 // runs executions whose pointers are not 16-byte aligned.
 std::unique_ptr<Step> make_cutlass_gemm_step(const GemmProblem& problem, KernelId kernel,

@@ -6,15 +6,16 @@ namespace ge2::cuda {
 
 cudaGraphExec_t GraphReplayCache::get(const std::vector<std::unique_ptr<Step>>& steps,
                                       const ExecState& state) {
-  auto hit = std::find_if(entries_.begin(), entries_.end(),
-                          [&](const Entry& e) { return e.slots == state.slots; });
+  auto hit = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) {
+    return e.steps_id == state.steps_id && e.slots == state.slots;
+  });
   if (hit != entries_.end()) {
     std::rotate(hit, hit + 1, entries_.end());  // now the most recently used
     return entries_.back().exec.get();
   }
   GraphExec exec = record(steps, state);
   if (entries_.size() == kMaxEntries) entries_.erase(entries_.begin());
-  entries_.push_back({state.slots, std::move(exec)});
+  entries_.push_back({state.steps_id, state.slots, std::move(exec)});
   return entries_.back().exec.get();
 }
 

@@ -23,9 +23,9 @@ std::uint32_t pointer_alignment(const void* p) {
 class LtGemmStep final : public Step {
  public:
   LtGemmStep(cublasLtHandle_t handle, const GemmProblem& problem, KernelId kernel,
-             const GemmSlots& slots, AlgoChooser& chooser)
+             const GemmSlots& slots, AlgoChooser& chooser, TuneUse tune)
       : matmul_(handle, problem, kernel), slots_(slots), chooser_(chooser) {
-    choice_ = chooser.choose(matmul_);
+    choice_ = chooser.choose(matmul_, tune);
     if (matmul_.needs_separate_activation()) activation_ = matmul_.activation_pass();
   }
 
@@ -115,8 +115,8 @@ class LtGemmStep final : public Step {
 
 std::unique_ptr<Step> make_lt_gemm_step(cublasLtHandle_t handle, const GemmProblem& problem,
                                         KernelId kernel, const GemmSlots& slots,
-                                        AlgoChooser& chooser) {
-  return std::make_unique<LtGemmStep>(handle, problem, kernel, slots, chooser);
+                                        AlgoChooser& chooser, TuneUse tune) {
+  return std::make_unique<LtGemmStep>(handle, problem, kernel, slots, chooser, tune);
 }
 
 }  // namespace ge2::cuda

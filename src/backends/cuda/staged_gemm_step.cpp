@@ -16,7 +16,7 @@ namespace {
 class StagedLtGemmStep final : public Step {
  public:
   StagedLtGemmStep(cublasLtHandle_t handle, const GemmProblem& problem, KernelId kernel,
-                   const GemmSlots& slots, AlgoChooser& chooser)
+                   const GemmSlots& slots, AlgoChooser& chooser, TuneUse tune)
       : original_(problem),
         padded_(staged_problem(problem)),
         // op(A) and op(B) are read through their strides, so transposes are normalised too.
@@ -24,7 +24,7 @@ class StagedLtGemmStep final : public Step {
         op_b_(problem.op_b()),
         matmul_(handle, padded_, kernel),
         slots_(slots) {
-    choice_ = chooser.choose(matmul_);
+    choice_ = chooser.choose(matmul_, tune);
     const std::size_t e = dtype_size(problem.dtype);
     auto span = [&](const MatrixView& v) {
       return static_cast<std::size_t>((v.batch_stride == 0 ? 1 : v.batch) * v.rows * v.cols) * e;
@@ -91,8 +91,8 @@ class StagedLtGemmStep final : public Step {
 
 std::unique_ptr<Step> make_staged_gemm_step(cublasLtHandle_t handle, const GemmProblem& problem,
                                             KernelId kernel, const GemmSlots& slots,
-                                            AlgoChooser& chooser) {
-  return std::make_unique<StagedLtGemmStep>(handle, problem, kernel, slots, chooser);
+                                            AlgoChooser& chooser, TuneUse tune) {
+  return std::make_unique<StagedLtGemmStep>(handle, problem, kernel, slots, chooser, tune);
 }
 
 }  // namespace ge2::cuda
