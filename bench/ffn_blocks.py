@@ -51,12 +51,13 @@ def torch_block(kind, hidden, inter, dtype):
     return block, dict(block.named_children())
 
 
-def ge2_block(kind, modules, tokens, hidden, dtype_name):
-    """The same block as a ge2 graph, the modules' weights as constants ([out, in]: trans_b)."""
+def ge2_block(kind, modules, tokens, hidden, dtype_name, dynamic=False):
+    """The same block as a ge2 graph, the modules' weights as constants ([out, in]: trans_b);
+    dynamic: x's rows are the dynamic extent with `tokens` as its bound."""
     import ge2
 
     g = ge2.Graph()
-    x = g.input("x", (tokens, hidden), dtype_name)
+    x = g.input("x", (tokens, hidden), dtype_name, dynamic=dynamic)
     const = lambda name, t: g.constant(name, t.detach().cpu())  # noqa: E731
     if kind == "gelu":
         fc1, fc2 = modules["fc1"], modules["fc2"]

@@ -124,6 +124,12 @@ class Graph {
     check(ge2_graph_add_input(get(), name, &desc, &out));
     return out;
   }
+  /* desc.shape[0] is the bound of the dynamic extent (ge2_graph_add_dynamic_input). */
+  ge2_value_t dynamic_input(const char* name, const ge2_tensor_desc_t& desc) {
+    ge2_value_t out;
+    check(ge2_graph_add_dynamic_input(get(), name, &desc, &out));
+    return out;
+  }
   /* `data` is copied now (the span the description addresses). */
   ge2_value_t constant(const char* name, const ge2_tensor_desc_t& desc, const void* data) {
     ge2_value_t out;
@@ -190,6 +196,20 @@ class Plan {
   }
   void execute(const std::vector<ge2_binding_t>& bindings, void* stream = nullptr) {
     check(ge2_plan_execute(get(), bindings.data(), bindings.size(), stream));
+  }
+  /* A plan with a dynamic extent, at `extent` rows or batches (1..max_extent()). */
+  void execute(int64_t extent, std::initializer_list<ge2_binding_t> bindings,
+               void* stream = nullptr) {
+    check(ge2_plan_execute_dynamic(get(), extent, bindings.begin(), bindings.size(), stream));
+  }
+  void execute(int64_t extent, const std::vector<ge2_binding_t>& bindings, void* stream = nullptr) {
+    check(ge2_plan_execute_dynamic(get(), extent, bindings.data(), bindings.size(), stream));
+  }
+  /* The bound of the dynamic extent; 0 for a plan of fixed shapes. */
+  int64_t max_extent() const {
+    int64_t bound = 0;
+    check(ge2_plan_get_max_extent(handle_.get(), &bound));
+    return bound;
   }
   /* The plan text: passes, steps, chosen kernels and candidates (JSON). */
   std::string describe() const {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 through the device tool (see docs/gpu-validation.md):
-#   scripts/gpu-check.sh [tests|cutlass|epilogue|reliability|sanitize|tune|notebook|profile|ffn|torch|skinny|bench|all]...
+#   scripts/gpu-check.sh [tests|cutlass|epilogue|reliability|sanitize|tune|notebook|profile|dynamic|ffn|torch|skinny|bench|all]...
 # Uses the build folder made on the development machine (build-gpu, carried;
 # the device lacks sqlite3.h), runs the gpu-labelled tests, the sample, the
 # sanitizers and the benchmarks, and prints a short table last. Logs go to $OUT.
@@ -150,6 +150,19 @@ for mode in $modes; do
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$ROOT/bench \
       timeout "${SKINNY_TIMEOUT:-300}" python3 "$ROOT/bench/skinny_layers.py" --out "$OUT" ${SKINNY_ARGS:-} > "$OUT/skinny_layers.log" 2>&1
     note "skinny layers: exit $? (skinny_layers.log)"
+    ;;&
+  dynamic | all)
+    # The dynamic extent: its GPU cases (the first also under memcheck: buffers sized for exactly
+    # each extent's rows) and the one-plan-for-every-M benchmark (DYNAMIC_ARGS).
+    "$BUILD/tests/ge2_gpu_tests" -tc='gpu dynamic*' > "$OUT/gpu_dynamic.log" 2>&1
+    note "gpu dynamic cases: exit $? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_dynamic.log" | tr '\n' ' ')"
+    compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" \
+      -tc='gpu dynamic: one*' > "$OUT/sanitizer-dynamic.log" 2>&1
+    note "compute-sanitizer memcheck (dynamic cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-dynamic.log" | tail -1))"
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$ROOT/bench PYTHONUNBUFFERED=1 \
+      timeout "${DYNAMIC_TIMEOUT:-400}" python3 "$ROOT/bench/dynamic_extent.py" --out "$OUT" ${DYNAMIC_ARGS:-} \
+      > "$OUT/dynamic_extent.log" 2>&1
+    note "dynamic extent bench: exit $? ($(grep -c '"tokens"' "$OUT/dynamic_extent.log") rows)"
     ;;&
   ffn | all)
     # FFN blocks against PyTorch eager, CUDA graph (and torch.compile with FFN_ARGS=--compile).

@@ -1,6 +1,7 @@
 // The header-only C++ wrapper (include/ge_v2_api.hpp): RAII handles that
 // outlive each other in any order, exceptions with the status and the
-// library's message, and a gated block built through it against fp64.
+// library's message, and a gated block with a dynamic token count built
+// through it against fp64.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -10,7 +11,8 @@
 
 #include "ge_v2_api.hpp"
 
-TEST_CASE("C++ wrapper: a SwiGLU block with constant weights runs and matches fp64") {
+TEST_CASE(
+    "C++ wrapper: a SwiGLU block with constant weights and a dynamic token count matches fp64") {
   constexpr std::int64_t t = 4, h = 12, n = 20;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -24,7 +26,7 @@ TEST_CASE("C++ wrapper: a SwiGLU block with constant weights runs and matches fp
   ge2::cxx::Plan plan = [&] {
     ge2::cxx::Context context = ge2::cxx::Context::on(GE2_DEVICE_CPU);
     ge2::cxx::Graph graph;
-    const ge2_value_t vx = graph.input("x", {GE2_DTYPE_F32, 2, {t, h}, {}});
+    const ge2_value_t vx = graph.dynamic_input("x", {GE2_DTYPE_F32, 2, {3 * t, h}, {}});
     const ge2_tensor_desc_t w_desc{GE2_DTYPE_F32, 2, {n, h}, {}};
     const ge2_value_t gate = graph.activation(
         graph.gemm(vx, graph.constant("wg", w_desc, wg.data()), ge2::cxx::linear()), GE2_ACT_SILU);
@@ -37,11 +39,13 @@ TEST_CASE("C++ wrapper: a SwiGLU block with constant weights runs and matches fp
   const auto io = plan.io();
   REQUIRE(io.size() == 2);
   CHECK(io[1].is_output == 1);
+  CHECK(io[0].desc.shape[0] == 3 * t);
+  CHECK(plan.max_extent() == 3 * t);
   CHECK(plan.describe().find("gated_mul") != std::string::npos);
 
   std::vector<float> y(t * n, NAN);
   ge2::cxx::Plan moved = std::move(plan);
-  moved.execute({{"x", const_cast<float*>(x.data())}, {"y", y.data()}});
+  moved.execute(t, {{"x", const_cast<float*>(x.data())}, {"y", y.data()}});
   double diff = 0, norm = 0;
   for (std::int64_t r = 0; r < t; ++r)
     for (std::int64_t j = 0; j < n; ++j) {

@@ -439,9 +439,9 @@ def _trace(module: torch.nn.Module) -> _Recipe:
     return r
 
 
-def _build_graph(r: _Recipe, tokens: int, dtype: str) -> ge2.Graph:
+def _build_graph(r: _Recipe, tokens: int, dtype: str, dynamic: bool) -> ge2.Graph:
     g = ge2.Graph()
-    value = {"x": g.input("x", (tokens, r.in_features), dtype)}
+    value = {"x": g.input("x", (tokens, r.in_features), dtype, dynamic=dynamic)}
     consts = {}
 
     def const(name):
@@ -477,12 +477,15 @@ def _(module_id, x):
 
 
 class Ge2Module(torch.nn.Module):
-    """A module converted by `convert`: forward(x) with x [..., in_features] runs one ge2 plan
-    compiled for x's row count, dtype and device (compiled on first use of each, kept for the
-    `max_plans` most recent; each plan holds its own copy of the weights on its device)."""
+    """A module converted by `convert`: forward(x) with x [..., in_features] runs a ge2 plan on x's
+    device. Dynamic (the default): one plan per device whose token count is dynamic, compiled on
+    first use with a bound of max(max_tokens, the call's count rounded up to a power of two) and
+    recompiled with a doubled bound when a larger count comes. Otherwise one plan per row count
+    and device, the `max_plans` most recent kept. Each plan holds its own copy of the weights on
+    its device."""
 
     def __init__(self, recipe: _Recipe, name: str, tune: str, graph_replay: bool, fuse: bool, allow_tf32: bool,
-                 max_plans: int):
+                 max_plans: int, dynamic: bool, max_tokens: int):
         super().__init__()
         self._recipe = recipe
         self._name = name
@@ -492,6 +495,8 @@ class Ge2Module(torch.nn.Module):
         self._options = dict(fuse=fuse, allow_tf32=allow_tf32, graph_replay=graph_replay)
         self._tune = tune
         self._max_plans = max_plans
+        self._dynamic = dynamic
+        self._max_tokens = max_tokens
         self._plans: OrderedDict = OrderedDict()
         self._plans_lock = threading.Lock()
         self._contexts = {}  # device -> a context of this module's tuning mode (tune != 'cached')
@@ -510,16 +515,22 @@ class Ge2Module(torch.nn.Module):
                             f"module in the input's dtype")
 
     def plan_for(self, x: Tensor) -> ge2.Plan:
-        """The plan that runs x (compiled now if it is the first of its row count, dtype and device)."""
+        """The plan that runs x (compiled now if none of this module's plans on x's device runs its
+        row count)."""
         tokens = x.numel() // self.in_features
-        key = (tokens, x.device)
+        key = ("dynamic", x.device) if self._dynamic else (tokens, x.device)
         with self._plans_lock:
             plan = self._plans.get(key)
-            if plan is not None:
+            if plan is not None and (not self._dynamic or tokens <= plan.max_extent):
                 self._plans.move_to_end(key)
                 return plan
+        bound = tokens
+        if self._dynamic:
+            bound = max(self._max_tokens, 1 << (tokens - 1).bit_length())
+            if plan is not None:
+                bound = max(bound, 2 * plan.max_extent)
         context = context_for(x.device) if self._tune == "cached" else self._tuning_context(x.device)
-        graph = _build_graph(self._recipe, tokens, ge2._DTYPE_TEXT[_DTYPE_CODES[x.dtype]])
+        graph = _build_graph(self._recipe, bound, ge2._DTYPE_TEXT[_DTYPE_CODES[x.dtype]], self._dynamic)
         plan = graph.compile(context, **self._options)
         with self._plans_lock:
             self._plans[key] = plan
@@ -542,11 +553,14 @@ class Ge2Module(torch.nn.Module):
             return y
         rows = x if x.is_contiguous() else x.contiguous()
         plan = self.plan_for(rows)
-        # The plan was compiled for exactly this row count, dtype and device, and both arrays are
-        # dense: only the pointers are new, so the binding's per-array checks are skipped.
+        # The plan runs this row count, dtype and device, and both arrays are dense: only the
+        # pointers are new, so the binding's per-array checks are skipped.
         bindings = (ge2._capi.Binding * 2)((b"x", rows.data_ptr()), (b"y", y.data_ptr()))
         stream = ge2._arrays._torch_current_stream(torch, x.device) if x.is_cuda else None
-        ge2._check(ge2._lib.ge2_plan_execute(plan._handle, bindings, 2, stream))
+        if plan.max_extent:
+            ge2._check(ge2._lib.ge2_plan_execute_dynamic(plan._handle, tokens, bindings, 2, stream))
+        else:
+            ge2._check(ge2._lib.ge2_plan_execute(plan._handle, bindings, 2, stream))
         return y
 
     def forward(self, x: Tensor) -> Tensor:
@@ -555,19 +569,23 @@ class Ge2Module(torch.nn.Module):
 
 
 def convert(module: torch.nn.Module, *, tune: str = "cached", graph_replay: bool = False, fuse: bool = True,
-            allow_tf32: bool = False, max_plans: int = 8) -> Ge2Module:
+            allow_tf32: bool = False, dynamic: bool = True, max_tokens: int = 64, max_plans: int = 8) -> Ge2Module:
     """An nn.Module computing what `module` computes, through ge2: `module` is traced with torch.fx
     (nn.Sequential, an FFN block's forward with residual adds, the gated form
     `down(act(gate(x)) * up(x))`) and its parameters copied to host memory now; each plan
     compiled from them holds them as constants, so later changes to `module`'s weights are not
     seen (convert again). tune: 'cached' (the
     process's shared contexts), 'off' or 'tune' (a context of that mode for this module);
-    graph_replay, fuse, allow_tf32: the compile options. Raises ge2.InvalidArgumentError naming
+    graph_replay, fuse, allow_tf32: the compile options. dynamic: one plan per device runs every
+    token count (its intermediates sized for a bound of at least max_tokens, doubled when a larger
+    count comes; kernels chosen per bucket of counts, see ge2_plan_execute_dynamic); False: one
+    plan per token count, the max_plans most recent kept. Raises ge2.InvalidArgumentError naming
     the first layer or function ge2 cannot run."""
     f = "ge2.torch.convert"
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"{f}: argument 'module' is a {type(module).__name__}, not a torch.nn.Module")
     ge2._checks.choice(tune, ge2._capi.TUNE_MODES, "tune", f)
     max_plans = ge2._checks.integer(max_plans, "max_plans", f, 1, 1 << 16)
+    max_tokens = ge2._checks.integer(max_tokens, "max_tokens", f, 1, 1 << 31)
     return Ge2Module(_trace(module), type(module).__name__, tune, bool(graph_replay), bool(fuse), bool(allow_tf32),
-                     max_plans)
+                     max_plans, bool(dynamic), max_tokens)

@@ -129,7 +129,7 @@ def test_converted_blocks_match_fp64(device, dtype, name):
 @pytest.mark.parametrize("device", devices())
 def test_plans_per_row_count_are_kept_lru(device):
     module = fresh(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()), torch.float32, device)
-    converted = gt.convert(module, max_plans=2)
+    converted = gt.convert(module, dynamic=False, max_plans=2)
     for rows in (1, 3, 1, 5, 0):
         x = torch.randn(rows, 16, device=device)
         with torch.no_grad():
@@ -141,6 +141,29 @@ def test_plans_per_row_count_are_kept_lru(device):
     plan = converted.plan_for(torch.randn(5, 16, device=device))
     kernels = [s.get("kernel") for s in plan.describe()["steps"]]
     assert kernels and all(kernels)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_one_dynamic_plan_runs_every_token_count_and_grows_its_bound(device):
+    """By default one plan per device: token counts 1..70 run through the first plan (bound 64,
+    then 128 when 65 comes); 300 tokens double the bound again to 512."""
+    module = fresh(torch.nn.Sequential(torch.nn.Linear(16, 48), torch.nn.GELU(), torch.nn.Linear(48, 16)),
+                   torch.float32, device)
+    converted = gt.convert(module)
+    first = None
+    for rows in list(range(1, 71)) + [300, 3]:
+        x = torch.randn(rows, 16, device=device)
+        with torch.no_grad():
+            y = converted(x)
+        assert rel_error(y, reference(module, x)) <= 1e-5, rows
+        first = first or converted.plan_for(x)
+    assert len(converted._plans) == 1
+    plan = converted.plan_for(torch.randn(3, 16, device=device))
+    assert plan.max_extent == 512 and first.max_extent == 64
+    assert plan.describe()["dynamic"]["buckets"][-1]["last"] == 512
+    x = torch.randn(2, 5, 16, device=device)  # leading dimensions flattened into 10 tokens
+    with torch.no_grad():
+        assert rel_error(converted(x), reference(module, x)) <= 1e-5
 
 
 def test_a_module_of_its_own_tuning_mode_uses_its_own_context():
