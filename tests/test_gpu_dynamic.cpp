@@ -63,9 +63,9 @@ TEST_CASE("gpu dynamic: wide blocks in f16 and bf16 at a spread of token counts"
     for (FfnKind kind : {FfnKind::GeluMlp, FfnKind::SwiGlu}) {
       CAPTURE(dtype);
       DynamicFfn ffn(context.get(), dtype, kind, 1024, 256, 1408, kind == FfnKind::SwiGlu);
-      MESSAGE("buckets of " << (kind == FfnKind::SwiGlu ? "swiglu" : "gelu") << " "
-                            << (dtype == GE2_DTYPE_F16 ? "f16" : "bf16")
-                            << bucket_table(ffn.plan.get()));
+      const std::string label = std::string(kind == FfnKind::SwiGlu ? "swiglu " : "gelu ") +
+                                (dtype == GE2_DTYPE_F16 ? "f16" : "bf16");
+      MESSAGE("buckets of " << label << bucket_table(ffn.plan.get()));
       for (std::int64_t tokens : {1, 2, 3, 5, 8, 9, 17, 64, 100, 256, 257, 700, 1024})
         CHECK(ffn.run(memory, tokens) <= gpu_tolerance(dtype, nullptr));
     }
@@ -86,6 +86,14 @@ TEST_CASE("gpu dynamic: the tuning mode tunes each bucket at compile, executions
     CHECK(tuned_in_this_process(context.get()) == tuned);
   }
   std::remove(db.c_str());
+}
+
+TEST_CASE("gpu dynamic: host pointers at an extent are staged with that extent's bytes") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  auto memory = host_memory();  // host pointers on a CUDA context: staged through device memory
+  DynamicFfn ffn(context.get(), GE2_DTYPE_BF16, FfnKind::GeluMlp, 600, 64, 192, true);
+  for (std::int64_t tokens : {1, 9, 333, 600, 2})
+    CHECK(ffn.run(*memory, tokens) <= gpu_tolerance(GE2_DTYPE_BF16, nullptr));
 }
 
 TEST_CASE("gpu dynamic: executions at different extents on two streams stay ordered") {

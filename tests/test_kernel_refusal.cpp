@@ -4,6 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "exec/backend.hpp"
 #include "exec/plan.hpp"
@@ -32,7 +37,8 @@ class RefusingBackend final : public Backend {
   std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
                                   KernelId kernel, bool staged, TuneUse tune) override {
     ++attempts;
-    require(kernel != KernelId::LtF16, GE2_ERROR_UNSUPPORTED,
+    tunes.push_back(tune);
+    require(kernel != KernelId::LtF16 || problem.m >= lt_rows_from, GE2_ERROR_UNSUPPORTED,
             "cuBLASLt has no algorithm for this problem (test)");
     return cpu_->make_gemm(problem, slots, KernelId::CpuRef, staged, tune);
   }
@@ -50,20 +56,24 @@ class RefusingBackend final : public Backend {
     cpu_->execute(steps, state, io_bytes, io_is_output);
   }
   int attempts = 0;
+  std::vector<TuneUse> tunes;                                            // of every make_gemm call
+  std::int64_t lt_rows_from = std::numeric_limits<std::int64_t>::max();  // lt_f16 runs M >= this
 
  private:
   DeviceInfo device_;
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();
 };
 
-Graph gemm_graph() {
+// d = a b with a [64, 32] (its rows dynamic when `dynamic`) and b [32, 16].
+Graph gemm_graph(bool dynamic = false, DType dtype = DType::F16) {
   Graph g;
   Node a, b, d;
   a.kind = b.kind = OpKind::Input;
   a.input_name = "a";
   b.input_name = "b";
-  a.type = TensorType::dense(DType::F16, 2, {64, 32, 0});
-  b.type = TensorType::dense(DType::F16, 2, {32, 16, 0});
+  a.type = TensorType::dense(dtype, 2, {64, 32, 0});
+  a.type.dynamic = dynamic;
+  b.type = TensorType::dense(dtype, 2, {32, 16, 0});
   const ValueId va = g.add(a), vb = g.add(b);
   d.kind = OpKind::Gemm;
   d.a = va;
@@ -108,4 +118,71 @@ TEST_CASE("a forced kernel the backend refuses is GE2_ERROR_UNSUPPORTED, never a
   options.policy.forced = KernelId::CpuRef;  // not offered at all
   CHECK_THROWS_WITH_AS((void)compile_plan(backend, gemm_graph(), options),
                        doctest::Contains("does not offer it (it offers lt_f16, cuda_f32)"), Error);
+}
+
+TEST_CASE("a dynamic plan's step list built at an execution gives way to the next candidate too") {
+  // lt_f16 runs 8 rows or more: the bound's steps and every bucket's selection
+  // use it; extent 3 is refused when its steps are built and runs on cuda_f32.
+  auto backend = std::make_shared<RefusingBackend>();
+  backend->lt_rows_from = 8;
+  const auto plan = compile_plan(backend, gemm_graph(true), CompileOptions{});
+  CHECK(plan->max_extent() == 64);
+  const auto buckets = nlohmann::json::parse(plan->description())["dynamic"]["buckets"];
+  for (const auto& bucket : buckets) CHECK(bucket["gemms"][0]["kernel"] == "lt_f16");
+  REQUIRE(backend->tunes.size() == 1);
+  CHECK(backend->tunes[0] == TuneUse::AsContext);
+
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  // f16 buffers of exactly `extent` rows, random values, d poisoned.
+  auto run = [&](const Plan& p, std::int64_t extent, std::vector<std::uint16_t>& a,
+                 std::vector<std::uint16_t>& b, std::vector<std::uint16_t>& d) {
+    a.resize(static_cast<std::size_t>(extent * 32));
+    b.resize(32 * 16);
+    d.assign(static_cast<std::size_t>(extent * 16), float_to_half_bits(NAN));
+    for (auto& v : a) v = float_to_half_bits(dist(rng));
+    for (auto& v : b) v = float_to_half_bits(dist(rng));
+    const ge2_binding_t bindings[] = {{"a", a.data()}, {"b", b.data()}, {"d", d.data()}};
+    const_cast<Plan&>(p).execute_at(extent, bindings, 3, nullptr);
+  };
+  struct Run {
+    std::int64_t extent;
+    std::size_t builds;  // make_gemm calls the execution makes
+  };
+  for (const Run r : {Run{3, 2}, Run{12, 1}, Run{3, 0}}) {
+    const std::int64_t extent = r.extent;
+    CAPTURE(extent);
+    std::vector<std::uint16_t> a, b, d;
+    backend->tunes.clear();
+    run(*plan, extent, a, b, d);
+    double error = 0, norm = 0;
+    for (std::int64_t i = 0; i < extent; ++i)
+      for (std::int64_t j = 0; j < 16; ++j) {
+        double want = 0;
+        for (std::int64_t k = 0; k < 32; ++k)
+          want += double(half_bits_to_float(a[static_cast<std::size_t>(i * 32 + k)])) *
+                  half_bits_to_float(b[static_cast<std::size_t>(k * 16 + j)]);
+        const double got = half_bits_to_float(d[static_cast<std::size_t>(i * 16 + j)]);
+        error += (got - want) * (got - want);
+        norm += want * want;
+      }
+    CHECK(std::sqrt(error / norm) <= 2e-3);  // f16 output
+    // Built at the execution: looked up, never tuned. Extent 3 needs a second
+    // try when its steps are built (lt_f16 refused), none once they are kept.
+    CHECK(backend->tunes.size() == r.builds);
+    for (TuneUse tune : backend->tunes) CHECK(tune == TuneUse::LookupOnly);
+  }
+
+  // A forced lt_f16 compiles (the bound runs it) but extent 3 cannot: that
+  // execution fails naming the kernel, and nothing runs instead.
+  CompileOptions forced;
+  forced.policy.forced = KernelId::LtF16;
+  const auto forced_plan = compile_plan(backend, gemm_graph(true), forced);
+  std::vector<std::uint16_t> a(3 * 32, float_to_half_bits(0.5f)),
+      b(32 * 16, float_to_half_bits(0.25f)), d(3 * 16, float_to_half_bits(NAN));
+  const ge2_binding_t bindings[] = {{"a", a.data()}, {"b", b.data()}, {"d", d.data()}};
+  CHECK_THROWS_WITH_AS(forced_plan->execute_at(3, bindings, 3, nullptr),
+                       doctest::Contains("kernel 'lt_f16' was forced but cannot run GEMM 3x16x32"),
+                       Error);
+  CHECK(std::isnan(half_bits_to_float(d[0])));
 }

@@ -78,16 +78,29 @@ std::int64_t span_bytes_if_small(const ge2_tensor_desc_t& d) {
 void run_plan(ge2_plan_t* plan, Bytes& in) {
   size_t count = 0;
   if (ge2_plan_io_count(plan, &count) != GE2_OK) return;
+  // A dynamic plan runs at an extent in [0, bound + 1] (both ends refused), its
+  // dynamic buffers sized for exactly that extent's rows.
+  std::int64_t bound = 0;
+  if (ge2_plan_get_max_extent(plan, &bound) != GE2_OK) return;
+  const std::int64_t extent = bound > 0 ? in.u8() % (bound + 2) : 0;
   std::vector<std::vector<std::uint8_t>> buffers;
   std::vector<ge2_binding_t> bindings;
   std::vector<int> is_output;
   std::size_t total = 0;
   for (size_t i = 0; i < count; ++i) {
     ge2_io_info_t info;
-    if (ge2_plan_io_info(plan, i, &info) != GE2_OK) return;
-    total += info.required_bytes;
+    int dynamic = 0;
+    if (ge2_plan_io_info(plan, i, &info) != GE2_OK ||
+        ge2_plan_io_is_dynamic(plan, i, &dynamic) != GE2_OK)
+      return;
+    std::size_t bytes = info.required_bytes;
+    if (dynamic && extent >= 1 && extent <= bound) {
+      const std::size_t element = info.desc.dtype == GE2_DTYPE_F32 ? 4 : 2;
+      bytes -= static_cast<std::size_t>((bound - extent) * info.desc.strides[0]) * element;
+    }
+    total += bytes;
     if (total > (std::size_t{16} << 20)) return;
-    buffers.emplace_back(info.required_bytes, static_cast<std::uint8_t>(in.u8() & 0x3f));
+    buffers.emplace_back(bytes, static_cast<std::uint8_t>(in.u8() & 0x3f));
     bindings.push_back({info.name, buffers.back().data()});
     is_output.push_back(info.is_output);
   }
@@ -124,7 +137,10 @@ void run_plan(ge2_plan_t* plan, Bytes& in) {
   }
   // Exactly sized heap copy: a read past bindings[passed - 1] is a finding.
   std::vector<ge2_binding_t> exact(bindings.begin(), bindings.end());
-  ge2_plan_execute(plan, exact.empty() ? nullptr : exact.data(), passed, nullptr);
+  if (bound > 0)
+    ge2_plan_execute_dynamic(plan, extent, exact.empty() ? nullptr : exact.data(), passed, nullptr);
+  else
+    ge2_plan_execute(plan, exact.empty() ? nullptr : exact.data(), passed, nullptr);
   const char* text = nullptr;
   ge2_plan_describe(plan, &text);
 }
@@ -212,7 +228,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case 0:
       case 1: {
         ge2_tensor_desc_t d = read_desc(in);
-        status = ge2_graph_add_input(graph, name, &d, &out);
+        status = in.u8() % 4 == 0 ? ge2_graph_add_dynamic_input(graph, name, &d, &out)
+                                  : ge2_graph_add_input(graph, name, &d, &out);
         if (status == GE2_OK && d.rank >= 1) {
           std::int64_t elements = 1;
           for (int i = 0; i < d.rank && i < 3; ++i) elements *= d.shape[i] > 0 ? d.shape[i] : 1;
