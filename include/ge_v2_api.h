@@ -232,10 +232,12 @@ typedef struct ge2_context_options {
 ** Call it through the ge2_context_options_init macro below. (Added in 2.3.) */
 GE2_API ge2_status_t ge2_context_options_init_sized(ge2_context_options_t* options,
                                                     size_t struct_size);
-/* ge2_context_options_init: fill *options with defaults. options must not be NULL. The exported
- *function of this name (the entry point
- ** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
- ** passes the caller's own size. */
+/*
+** ge2_context_options_init: fill *options with defaults. options must not be NULL.
+** The exported function of this name (the entry point of callers built
+** against 2.2 headers) fills a 2.2-sized struct; the macro passes the
+** caller's own size.
+*/
 GE2_API ge2_status_t(ge2_context_options_init)(ge2_context_options_t* options);
 #define ge2_context_options_init(options) \
   ge2_context_options_init_sized((options), sizeof *(options))
@@ -374,10 +376,13 @@ typedef struct ge2_gemm_attrs {
 ** GE2_ERROR_INVALID_ARGUMENT.
 ** Call it through the ge2_gemm_attrs_init macro below. (Added in 2.3.) */
 GE2_API ge2_status_t ge2_gemm_attrs_init_sized(ge2_gemm_attrs_t* attrs, size_t struct_size);
-/* ge2_gemm_attrs_init: fill *attrs with defaults (no transposes, alpha 1, beta 0). The exported
- *function of this name (the entry point
- ** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
- ** passes the caller's own size. */
+/*
+** ge2_gemm_attrs_init: fill *attrs with defaults (no transposes, alpha 1,
+** beta 0).
+** The exported function of this name (the entry point of callers built
+** against 2.2 headers) fills a 2.2-sized struct; the macro passes the
+** caller's own size.
+*/
 GE2_API ge2_status_t(ge2_gemm_attrs_init)(ge2_gemm_attrs_t* attrs);
 #define ge2_gemm_attrs_init(attrs) ge2_gemm_attrs_init_sized((attrs), sizeof *(attrs))
 
@@ -462,10 +467,12 @@ typedef struct ge2_compile_options {
 ** Call it through the ge2_compile_options_init macro below. (Added in 2.3.) */
 GE2_API ge2_status_t ge2_compile_options_init_sized(ge2_compile_options_t* options,
                                                     size_t struct_size);
-/* ge2_compile_options_init: fill *options with defaults. The exported function of this name (the
- *entry point
- ** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
- ** passes the caller's own size. */
+/*
+** ge2_compile_options_init: fill *options with defaults.
+** The exported function of this name (the entry point of callers built
+** against 2.2 headers) fills a 2.2-sized struct; the macro passes the
+** caller's own size.
+*/
 GE2_API ge2_status_t(ge2_compile_options_init)(ge2_compile_options_t* options);
 #define ge2_compile_options_init(options) \
   ge2_compile_options_init_sized((options), sizeof *(options))
@@ -590,10 +597,13 @@ typedef struct ge2_gemm_params {
 ** GE2_ERROR_INVALID_ARGUMENT.
 ** Call it through the ge2_gemm_params_init macro below. (Added in 2.3.) */
 GE2_API ge2_status_t ge2_gemm_params_init_sized(ge2_gemm_params_t* params, size_t struct_size);
-/* ge2_gemm_params_init: fill *params with defaults (sizes zero: the caller sets them). The exported
- *function of this name (the entry point
- ** of callers built against 2.2 headers) fills a 2.2-sized struct; the macro
- ** passes the caller's own size. */
+/*
+** ge2_gemm_params_init: fill *params with defaults (sizes zero: the caller
+** sets them).
+** The exported function of this name (the entry point of callers built
+** against 2.2 headers) fills a 2.2-sized struct; the macro passes the
+** caller's own size.
+*/
 GE2_API ge2_status_t(ge2_gemm_params_init)(ge2_gemm_params_t* params);
 #define ge2_gemm_params_init(params) ge2_gemm_params_init_sized((params), sizeof *(params))
 
