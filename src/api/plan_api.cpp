@@ -32,6 +32,16 @@ ge2_compile_options_t default_compile_options() {
   return options;
 }
 
+// Input or output `index` of the plan, for the ge2_plan_io_* functions.
+const PlanIo& io_at(const ge2_plan_t* plan, size_t index, const char* function) {
+  require_not_null(plan, function, "plan");
+  const auto& io = plan->plan->io();
+  require(index < io.size(), GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'index' = {} is out of range (the plan has {} inputs and outputs)",
+          function, index, io.size());
+  return io[index];
+}
+
 // "lt_f16, lt_bf16, ...": every row of the kernel table.
 std::string kernel_names() {
   std::string names;
@@ -120,16 +130,12 @@ ge2_status_t ge2_plan_io_count(const ge2_plan_t* plan, size_t* out) {
 
 ge2_status_t ge2_plan_io_info(const ge2_plan_t* plan, size_t index, ge2_io_info_t* out) {
   return guarded(__func__, [&](const char* f) {
-    require_not_null(plan, f, "plan");
+    const PlanIo& io = io_at(plan, index, f);
     require_not_null(out, f, "out");
-    const auto& io = plan->plan->io();
-    require(index < io.size(), GE2_ERROR_INVALID_ARGUMENT,
-            "{}: argument 'index' = {} is out of range (the plan has {} inputs and outputs)", f,
-            index, io.size());
-    out->name = io[index].name.c_str();
-    out->is_output = io[index].is_output ? 1 : 0;
-    out->desc = io[index].type.to_desc();
-    out->required_bytes = io[index].type.span_bytes();
+    out->name = io.name.c_str();
+    out->is_output = io.is_output ? 1 : 0;
+    out->desc = io.type.to_desc();
+    out->required_bytes = io.type.span_bytes();
   });
 }
 
@@ -143,13 +149,9 @@ ge2_status_t ge2_plan_get_max_extent(const ge2_plan_t* plan, int64_t* out) {
 
 ge2_status_t ge2_plan_io_is_dynamic(const ge2_plan_t* plan, size_t index, int* out) {
   return guarded(__func__, [&](const char* f) {
-    require_not_null(plan, f, "plan");
+    const PlanIo& io = io_at(plan, index, f);
     require_not_null(out, f, "out");
-    const auto& io = plan->plan->io();
-    require(index < io.size(), GE2_ERROR_INVALID_ARGUMENT,
-            "{}: argument 'index' = {} is out of range (the plan has {} inputs and outputs)", f,
-            index, io.size());
-    *out = io[index].type.dynamic ? 1 : 0;
+    *out = io.type.dynamic ? 1 : 0;
   });
 }
 
