@@ -4,8 +4,9 @@
 
 built as a ge2 graph with the weights as constants in nn.Linear's [out, in]
 layout (so every GEMM is x @ W^T). ge2 fuses SiLU into the multiply and the
-residual into the down projection's GEMM; the plan says so. Runs on the CPU
-backend with NumPy, and on the GPU with PyTorch tensors when both are there.
+residual into the down projection's GEMM; the plan says so. Then one plan with a
+dynamic token count runs three counts. Runs on the CPU backend with NumPy, and on
+the GPU with PyTorch tensors when both are there.
 
     GE2_LIBRARY=build/src/libge2.so PYTHONPATH=bindings/python python3 samples/ffn_block.py
 """
@@ -19,9 +20,10 @@ weights = {name: (rng.uniform(-1, 1, shape) / np.sqrt(shape[1])).astype(np.float
            for name, shape in (("gate", (INTER, HIDDEN)), ("up", (INTER, HIDDEN)), ("down", (HIDDEN, INTER)))}
 
 
-def swiglu_plan(context, dtype, weights):
+def swiglu_plan(context, dtype, weights, tokens=TOKENS, dynamic=False):
+    """dynamic: x's token count is the plan's dynamic extent, any count up to `tokens`."""
     g = ge2.Graph()
-    x = g.input("x", (TOKENS, HIDDEN), dtype)
+    x = g.input("x", (tokens, HIDDEN), dtype, dynamic=dynamic)
     gate = g.gemm(x, g.constant("w_gate", weights["gate"]), trans_b=True)
     up = g.gemm(x, g.constant("w_up", weights["up"]), trans_b=True)
     hidden = g.mul(g.activation(gate, "silu"), up)
@@ -46,6 +48,18 @@ with ge2.Context(device="cpu") as cpu:
     plan.execute({"x": x, "y": y})  # the weights are in the plan: only x and y are bound
     want = reference(x)
     print(f"NumPy on the CPU backend: relative error {np.linalg.norm(y - want) / np.linalg.norm(want):.2e}")
+
+    # One plan for every token count up to 64: intermediates sized once for the bound, kernels
+    # chosen per bucket of counts; execute() takes the count from x's leading dimension.
+    dynamic = swiglu_plan(cpu, "f32", weights, tokens=64, dynamic=True)
+    print("dynamic plan: bound", dynamic.max_extent, "buckets",
+          [(b["first"], b["last"]) for b in dynamic.describe()["dynamic"]["buckets"]])
+    for tokens in (1, 5, 64):
+        xs = rng.uniform(-1, 1, (tokens, HIDDEN)).astype(np.float32)
+        ys = np.empty_like(xs)
+        dynamic.execute({"x": xs, "y": ys})
+        want = reference(xs)
+        print(f"dynamic plan, {tokens} tokens: relative error {np.linalg.norm(ys - want) / np.linalg.norm(want):.2e}")
 
 try:
     gpu = ge2.Context(device="cuda")

@@ -47,3 +47,5 @@ def test_ffn_block_sample_runs_and_reports_a_small_error():
     errors = [float(e) for e in re.findall(r"relative error ([0-9.e+-]+)", result.stdout)]
     assert errors and errors[0] <= 1e-5, result.stdout
     assert "mul(silu)" in result.stdout and "residual" in result.stdout
+    dynamic = [float(e) for e in re.findall(r"dynamic plan, \d+ tokens: relative error ([0-9.e+-]+)", result.stdout)]
+    assert len(dynamic) == 3 and max(dynamic) <= 1e-5, result.stdout
