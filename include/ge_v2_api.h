@@ -458,6 +458,22 @@ typedef struct ge2_compile_options {
                                on the CPU backend and inside a caller's own stream capture.
                                Default 0. (Added in 2.1; older callers' smaller struct_size
                                reads as 0.) */
+  int allow_fp8;            /* CUDA (compute capability 8.9 and later) and the CPU backend's
+                               emulation: an f16/bf16 GEMM whose cost model favours it runs
+                               on FP8 e4m3 copies of its operands (lt_fp8_e4m3 / cpu_fp8_ref):
+                               per-tensor scales, constant weights quantized once at
+                               compile, activations every execution. Each such GEMM runs
+                               at compile beside its 16-bit kernel on 256 rows of N(0, 1)
+                               inputs and keeps FP8 only if no output channel differs by
+                               more than fp8_max_error; the plan text ("fp8") gives every
+                               layer's measured errors and the decision (docs/fp8.md).
+                               Default 0. (Added in 2.5.) */
+  float fp8_max_error;      /* the accuracy gate's budget: the largest relative distance
+                               ||D_fp8[:, j] - D_16bit[:, j]|| / ||D_16bit[:, j]|| an output
+                               channel j may show, before the activation, for the layer to
+                               keep FP8 (FFN weights measured 0.047 on the H200); a
+                               finite value in (0, 1], read only when allow_fp8 is set.
+                               Default 0.1. (Added in 2.5.) */
 } ge2_compile_options_t;
 
 /* ge2_compile_options_init_sized: fill the caller's struct of struct_size bytes with defaults:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 through the device tool (see docs/gpu-validation.md):
-#   scripts/gpu-check.sh [tests|cutlass|epilogue|reliability|sanitize|tune|notebook|profile|dynamic|ffn|torch|skinny|bench|all]...
+#   scripts/gpu-check.sh [tests|cutlass|epilogue|reliability|sanitize|tune|notebook|profile|dynamic|fp8|ffn|torch|skinny|bench|all]...
 # Uses the build folder made on the development machine (build-gpu, carried;
 # the device lacks sqlite3.h), runs the gpu-labelled tests, the sample, the
 # sanitizers and the benchmarks, and prints a short table last. Logs go to $OUT.
@@ -163,6 +163,22 @@ for mode in $modes; do
       timeout "${DYNAMIC_TIMEOUT:-400}" python3 "$ROOT/bench/dynamic_extent.py" --out "$OUT" ${DYNAMIC_ARGS:-} \
       > "$OUT/dynamic_extent.log" 2>&1
     note "dynamic extent bench: exit $? ($(grep -c '"tokens"' "$OUT/dynamic_extent.log") rows)"
+    ;;&
+  fp8 | all)
+    # The FP8 precision policy: its GPU cases, the same under memcheck, and the FP8 block
+    # benchmark against ge2 fp16 and torch._scaled_mm (FP8_ARGS).
+    "$BUILD/tests/ge2_gpu_tests" -tc='gpu fp8*' > "$OUT/gpu_fp8.log" 2>&1
+    note "gpu fp8 cases: exit $? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_fp8.log" | tr '\n' ' ')"
+    compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" \
+      -tc='gpu fp8: dynamic*' > "$OUT/sanitizer-fp8.log" 2>&1
+    note "compute-sanitizer memcheck (fp8 dynamic/replay/special cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-fp8.log" | tail -1))"
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
+      --format=csv -lms 1000 > "$OUT/clocks-fp8.log" 2>&1 &
+    clocks_pid=$!
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python PYTHONUNBUFFERED=1 \
+      timeout "${FP8_TIMEOUT:-400}" python3 "$ROOT/bench/fp8_blocks.py" --out "$OUT" ${FP8_ARGS:-} > "$OUT/fp8_blocks.log" 2>&1
+    note "fp8 blocks: exit $? ($(grep -c 'tokens\|GEMM' "$OUT/fp8_blocks.log") rows)"
+    kill $clocks_pid 2>/dev/null
     ;;&
   ffn | all)
     # FFN blocks against PyTorch eager, CUDA graph (and torch.compile with FFN_ARGS=--compile).

@@ -85,7 +85,8 @@ TEST_CASE("abi: *_init never writes past the caller's struct; a newer caller's s
                                     "context options (2.0, 2.2)");
   check_init<ge2_compile_options_t>(ge2_compile_options_init_sized, (ge2_compile_options_init),
                                     offsetof(ge2_compile_options_t, force_kernel) + sizeof(void*),
-                                    sizeof(ge2_compile_options_t), "compile options (2.0)");
+                                    offsetof(ge2_compile_options_t, fp8_max_error),
+                                    "compile options (2.0, 2.2)");
   check_init<ge2_gemm_attrs_t>(ge2_gemm_attrs_init_sized, (ge2_gemm_attrs_init),
                                sizeof(ge2_gemm_attrs_t), sizeof(ge2_gemm_attrs_t), "gemm attrs");
   check_init<ge2_gemm_params_t>(ge2_gemm_params_init_sized, (ge2_gemm_params_init),

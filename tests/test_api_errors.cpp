@@ -245,7 +245,7 @@ TEST_CASE("errors: compile and execute") {
   ge2_compile_options_init(&options);
   options.force_kernel = "lt_f16";
   expect_error(ge2_plan_compile(context.get(), graph.get(), &options, &plan), GE2_ERROR_UNSUPPORTED,
-               {"'lt_f16' was forced", "does not offer it (it offers cpu_ref)"});
+               {"'lt_f16' was forced", "does not offer it (it offers cpu_fp8_ref, cpu_ref)"});
   options.force_kernel = "fastest_please";
   expect_error(ge2_plan_compile(context.get(), graph.get(), &options, &plan),
                GE2_ERROR_INVALID_ARGUMENT, {"'options->force_kernel' = 'fastest_please'"});

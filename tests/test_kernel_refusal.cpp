@@ -50,6 +50,9 @@ class RefusingBackend final : public Backend {
   void upload(Buffer& destination, const void* host, std::size_t bytes) override {
     cpu_->upload(destination, host, bytes);
   }
+  void download(void* host, const void* source, std::size_t bytes) override {
+    cpu_->download(host, source, bytes);
+  }
   void execute(const std::vector<std::unique_ptr<Step>>& steps, ExecState& state,
                const std::vector<std::size_t>& io_bytes,
                const std::vector<bool>& io_is_output) override {

@@ -384,3 +384,52 @@ TEST_CASE("gemm problem: op(A) and op(B) read a transposed operand through swapp
   CHECK(b.row_stride == 7);
   CHECK(b.col_stride == 1);
 }
+
+TEST_CASE("selector: allow_fp8 takes e4m3 where the model rates it faster, never at decode sizes") {
+  const DeviceInfo h200 = synthetic_h200();
+  SelectionPolicy fp8;
+  fp8.allow_fp8 = true;
+  auto weights = [](GemmProblem p) {  // nn.Linear's [N, K] constant weight
+    p.trans_b = true;
+    p.b = {1, p.n, p.k, 0, p.k, 1};
+    p.b_constant = true;
+    return p;
+  };
+  auto s = select_gemm_kernel(weights(problem(DType::F16, 4096, 4096, 4096)), h200, fp8);
+  CHECK(s.kernel == KernelId::LtFp8E4M3);
+  CHECK(s.why.find("allow_fp8: estimated") != std::string::npos);
+  CHECK(candidate(s, KernelId::LtFp8E4M3).reason.find("e4m3 quantization of A") !=
+        std::string::npos);
+  // Decode sizes and small problems stay 16-bit, with the FP8 estimate in the reason.
+  s = select_gemm_kernel(weights(problem(DType::BF16, 16, 4096, 4096)), h200, fp8);
+  CHECK(s.kernel != KernelId::LtFp8E4M3);
+  CHECK(s.why.find("lt_fp8_e4m3 estimated slower") != std::string::npos);
+  // Without the policy, on f32, with K not a multiple of 16, or before compute capability 8.9: no
+  // FP8.
+  s = select_gemm_kernel(weights(problem(DType::F16, 4096, 4096, 4096)), h200, {});
+  CHECK(s.kernel == KernelId::LtF16);
+  CHECK(candidate(s, KernelId::LtFp8E4M3).reason.find("allow_fp8 = 0") != std::string::npos);
+  s = select_gemm_kernel(weights(problem(DType::F32, 4096, 4096, 4096)), h200, fp8);
+  CHECK(candidate(s, KernelId::LtFp8E4M3).reason == "FP8 runs f16 and bf16 GEMMs only");
+  s = select_gemm_kernel(weights(problem(DType::F16, 4096, 4096, 4104)), h200, fp8);
+  CHECK(candidate(s, KernelId::LtFp8E4M3).reason == "K = 4104 is not a multiple of 16");
+  DeviceInfo ampere = h200;
+  ampere.cc_major = 8;
+  s = select_gemm_kernel(weights(problem(DType::F16, 4096, 4096, 4096)), ampere, fp8);
+  CHECK(candidate(s, KernelId::LtFp8E4M3).reason.find("8.9") != std::string::npos);
+  // Quantizing a B that is not a constant costs one more pass: the estimate says so.
+  GemmProblem input_b = weights(problem(DType::F16, 4096, 4096, 4096));
+  input_b.b_constant = false;
+  s = select_gemm_kernel(input_b, h200, fp8);
+  CHECK(candidate(s, KernelId::LtFp8E4M3).reason.find("of A and B") != std::string::npos);
+  // A refusal (the accuracy gate's) takes the 16-bit kernel back; forced, it is an error.
+  s = select_gemm_kernel(weights(problem(DType::F16, 4096, 4096, 4096)), h200, fp8);
+  refuse_and_reselect(s, weights(problem(DType::F16, 4096, 4096, 4096)), fp8, "gate (test)");
+  CHECK(s.kernel == KernelId::LtF16);
+  SelectionPolicy forced = fp8;
+  forced.forced = KernelId::LtFp8E4M3;
+  s = select_gemm_kernel(weights(problem(DType::F16, 64, 64, 64)), h200, forced);
+  CHECK(s.kernel == KernelId::LtFp8E4M3);
+  CHECK_THROWS_AS(refuse_and_reselect(s, weights(problem(DType::F16, 64, 64, 64)), forced, "gate"),
+                  Error);
+}

@@ -1,4 +1,5 @@
 // Plan compilation, description, I/O enumeration and execution.
+#include <cmath>
 #include <cstddef>
 #include <cstdlib>
 
@@ -14,10 +15,14 @@ namespace {
 // 2.0 callers' struct ends after force_kernel; graph_replay came in 2.1.
 constexpr std::size_t kCompileOptionsSize20 =
     offsetof(ge2_compile_options_t, force_kernel) + sizeof(const char*);
-// The struct as 2.1 to 2.3 declare it; the 2.2 entry point keeps filling this many bytes.
+// The struct as 2.1 to 2.4 declare it; the 2.2 entry point keeps filling this many bytes.
+// 2.5's allow_fp8 sits in its tail padding and is read only with fp8_max_error
+// after it, so a 2.4 caller's padding is never taken for a flag.
 constexpr std::size_t kCompileOptionsSize22 = 32;
-static_assert(sizeof(ge2_compile_options_t) == kCompileOptionsSize22 &&
-                  offsetof(ge2_compile_options_t, graph_replay) == 24,
+static_assert(offsetof(ge2_compile_options_t, graph_replay) == 24 &&
+                  offsetof(ge2_compile_options_t, allow_fp8) == 28 &&
+                  offsetof(ge2_compile_options_t, fp8_max_error) == kCompileOptionsSize22 &&
+                  sizeof(ge2_compile_options_t) == 40,
               "ge2_compile_options_t's layout is part of the ABI: append fields, and keep "
               "kCompileOptionsSize22 for the 2.2 entry point");
 
@@ -29,6 +34,8 @@ ge2_compile_options_t default_compile_options() {
   options.allow_staging = 1;
   options.force_kernel = nullptr;
   options.graph_replay = 0;
+  options.allow_fp8 = 0;
+  options.fp8_max_error = 0.1f;
   return options;
 }
 
@@ -61,6 +68,17 @@ CompileOptions compile_options_from(const ge2_compile_options_t* options, const 
     result.policy.allow_staging = options->allow_staging != 0;
     if (has_member(*options, offsetof(ge2_compile_options_t, graph_replay) + sizeof(int)))
       result.graph_replay = options->graph_replay != 0;
+    if (has_member(*options, offsetof(ge2_compile_options_t, fp8_max_error) + sizeof(float))) {
+      result.policy.allow_fp8 = options->allow_fp8 != 0;
+      // Read only under allow_fp8: a caller that zeroed the struct keeps working.
+      const float budget = options->fp8_max_error;
+      require(
+          !result.policy.allow_fp8 || (std::isfinite(budget) && budget > 0.0f && budget <= 1.0f),
+          GE2_ERROR_INVALID_ARGUMENT,
+          "{}: argument 'options->fp8_max_error' = {} is not a finite value in (0, 1]", function,
+          budget);
+      if (result.policy.allow_fp8) result.policy.fp8_max_error = budget;
+    }
   }
   const char* forced = options != nullptr ? options->force_kernel : nullptr;
   const char* source = "options->force_kernel";

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
 
 namespace ge2 {
 
@@ -44,6 +45,40 @@ std::uint16_t float_to_bf16_bits(float value) {
 
 float bf16_bits_to_float(std::uint16_t bits) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
+
+std::uint8_t float_to_e4m3_bits(float value) {
+  const std::uint8_t sign = std::signbit(value) ? 0x80u : 0x00u;
+  if (std::isnan(value)) return static_cast<std::uint8_t>(sign | 0x7fu);
+  const float magnitude = std::fabs(value);
+  if (magnitude >= kE4M3Max) return static_cast<std::uint8_t>(sign | 0x7eu);
+  if (magnitude < 0.015625f) {  // below 2^-6: subnormal steps of 2^-9; 8 steps is 2^-6 itself
+    return static_cast<std::uint8_t>(sign |
+                                     static_cast<std::uint8_t>(std::nearbyint(magnitude * 512.0f)));
+  }
+  int exponent = 0;
+  const float fraction = std::frexp(magnitude, &exponent);  // magnitude = fraction * 2^exponent
+  --exponent;                                               // now 1 <= magnitude / 2^exponent < 2
+  auto mantissa = static_cast<int>(std::nearbyint((2.0f * fraction - 1.0f) * 8.0f));
+  if (mantissa == 8) {
+    mantissa = 0;
+    ++exponent;
+  }
+  // magnitude < 448 rounds to 448 at most: exponent + 7 <= 15, mantissa <= 6 there.
+  return static_cast<std::uint8_t>(sign | ((exponent + 7) << 3) | mantissa);
+}
+
+float e4m3_bits_to_float(std::uint8_t bits) {
+  const int exponent = (bits >> 3) & 0xf, mantissa = bits & 0x7;
+  float magnitude;
+  if (exponent == 15 && mantissa == 7) {
+    magnitude = std::numeric_limits<float>::quiet_NaN();
+  } else if (exponent == 0) {
+    magnitude = std::ldexp(static_cast<float>(mantissa), -9);
+  } else {
+    magnitude = std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+  }
+  return (bits & 0x80u) ? -magnitude : magnitude;
 }
 
 }  // namespace ge2

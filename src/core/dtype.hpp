@@ -18,6 +18,13 @@ float half_bits_to_float(std::uint16_t bits);
 // bfloat16 <-> float, round to nearest even; NaN stays NaN.
 std::uint16_t float_to_bf16_bits(float value);
 float bf16_bits_to_float(std::uint16_t bits);
+// FP8 e4m3 (OCP "fn": no infinities, one NaN code per sign, largest finite 448)
+// <-> float, round to nearest even, saturating finite values and infinities
+// at +-448 as the device's __NV_SATFINITE conversion does; NaN stays NaN.
+// Used by the precision policy's FP8 GEMMs (docs/fp8.md); not a graph dtype.
+inline constexpr float kE4M3Max = 448.0f;
+std::uint8_t float_to_e4m3_bits(float value);
+float e4m3_bits_to_float(std::uint8_t bits);
 
 // One row per dtype: what every host layer reads. The CUDA types live in
 // backends/cuda/dtype_dispatch.cuh, one row each as well.

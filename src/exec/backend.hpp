@@ -18,6 +18,9 @@ namespace ge2 {
 // Slot indices of a GEMM step's operands (-1 when absent).
 struct GemmSlots {
   int a = -1, b = -1, c = -1, bias = -1, d = -1;
+  // Plan-owned memory a kernel asked for: scratch (gemm_scratch_bytes) and B
+  // prepared at compile (prepare_gemm_weight); -1 when the kernel needs none.
+  int scratch = -1, b_prepared = -1;
 };
 struct ElementwiseSlots {
   int x = -1, bias = -1, out = -1, y = -1;
@@ -54,11 +57,29 @@ class Backend {
   // problem; it never builds another kernel in its place.
   virtual std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
                                           KernelId kernel, bool staged, TuneUse tune) = 0;
+  // Device scratch a step of `kernel` needs for `problem` (the plan allocates the
+  // largest once and binds it to GemmSlots::scratch); `b_prepared`: B comes from
+  // prepare_gemm_weight. 0 by default.
+  virtual std::size_t gemm_scratch_bytes(KernelId kernel, const GemmProblem& problem,
+                                         bool b_prepared) const {
+    (void)kernel, (void)problem, (void)b_prepared;
+    return 0;
+  }
+  // B in the form `kernel` reads, made once from the constant B at `b` (the
+  // FP8 rows' e4m3 copy and scale); nullptr when the kernel reads B as it is.
+  virtual std::unique_ptr<Buffer> prepare_gemm_weight(KernelId kernel, const GemmProblem& problem,
+                                                      const void* b) {
+    (void)kernel, (void)problem, (void)b;
+    return nullptr;
+  }
   virtual std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                                  const ElementwiseSlots& slots) = 0;
   virtual std::unique_ptr<Buffer> allocate(std::size_t bytes) = 0;
   // Copies `bytes` of host memory into a buffer from allocate() (constants, at compile time).
   virtual void upload(Buffer& destination, const void* host, std::size_t bytes) = 0;
+  // Copies `bytes` of backend memory into host memory after the work queued on
+  // the default stream (the FP8 accuracy gate, at compile time).
+  virtual void download(void* host, const void* source, std::size_t bytes) = 0;
   // Refuses (GE2_ERROR_OUT_OF_MEMORY) a plan whose own buffers (intermediates
   // and constants) together cannot fit, before any is allocated; by default
   // allocation failures say so.

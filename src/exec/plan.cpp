@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
+#include "exec/fp8_gate.hpp"
 #include "passes/pass.hpp"
 #include "tunedb/tune_record.hpp"
 
@@ -104,6 +107,14 @@ std::pair<ElementwiseProblem, ValueId> elementwise_problem(const Node& node,
   }
   fail(GE2_ERROR_INTERNAL, "ge2_plan_compile: node {} ({}) has no elementwise step", id,
        op_kind_name(node.kind));
+}
+
+// The GEMM node's problem; B marked when it is a constant of the plan.
+GemmProblem gemm_problem(const Graph& graph, const Node& node,
+                         const std::vector<TensorType>& storage, ValueId id) {
+  GemmProblem problem = make_gemm_problem(node, storage, id);
+  problem.b_constant = graph.node(node.b).kind == OpKind::Constant;
+  return problem;
 }
 
 // Every value's layout at `extent`: dynamic values get it as their leading dimension.
@@ -240,32 +251,51 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
     // bucket's largest extent; the steps at the bound use the last bucket's.
     const DeviceInfo& device = backend.device();
     const MeasuredTime measured = backend.measured_times();
-    nlohmann::json buckets_json = nlohmann::json::array();
     for (const auto& [first, last] : extent_buckets(bound)) {
       ExtentBucket bucket{first, last, std::vector<Selection>(count)};
       const std::vector<TensorType> types = storage_at(storage, last);
+      for (ValueId id = 0; id < plan->graph_.size(); ++id) {
+        const Node& node = plan->graph_.node(id);
+        if (!node.live || !node.is_gemm_family()) continue;
+        const GemmProblem problem = gemm_problem(plan->graph_, node, types, id);
+        bucket.selections[static_cast<std::size_t>(id)] =
+            select_gemm_kernel(problem, device, options.policy, measured, backend.gemm_kernels());
+      }
+      plan->buckets_.push_back(std::move(bucket));
+    }
+  } else {
+    plan->fixed_ = std::vector<Selection>(count);
+    const MeasuredTime measured = backend.measured_times();
+    for (ValueId id = 0; id < plan->graph_.size(); ++id) {
+      const Node& node = plan->graph_.node(id);
+      if (!node.live || !node.is_gemm_family()) continue;
+      plan->fixed_[static_cast<std::size_t>(id)] =
+          select_gemm_kernel(gemm_problem(plan->graph_, node, storage, id), backend.device(),
+                             options.policy, measured, backend.gemm_kernels());
+    }
+  }
+  if (options.policy.allow_fp8) description["fp8"] = plan->apply_fp8_policy();
+  if (bound > 0) {
+    nlohmann::json buckets_json = nlohmann::json::array();
+    for (const ExtentBucket& bucket : plan->buckets_) {
       nlohmann::json gemms = nlohmann::json::array();
       for (ValueId id = 0; id < plan->graph_.size(); ++id) {
         const Node& node = plan->graph_.node(id);
         if (!node.live || !node.is_gemm_family()) continue;
-        const GemmProblem problem = make_gemm_problem(node, types, id);
-        Selection& selection = bucket.selections[static_cast<std::size_t>(id)];
-        selection =
-            select_gemm_kernel(problem, device, options.policy, measured, backend.gemm_kernels());
+        const Selection& selection = bucket.selections[static_cast<std::size_t>(id)];
         gemms.push_back({{"node", id},
                          {"kernel", kernel_name(selection.kernel)},
                          {"staged", selection.staged},
                          {"why", selection.why}});
       }
-      buckets_json.push_back({{"first", first}, {"last", last}, {"gemms", gemms}});
-      plan->buckets_.push_back(std::move(bucket));
+      buckets_json.push_back({{"first", bucket.first}, {"last", bucket.last}, {"gemms", gemms}});
     }
     description["dynamic"] = {
         {"max_extent", bound}, {"kept_step_lists", Plan::kMaxStepLists}, {"buckets", buckets_json}};
     plan->full_ = plan->build_steps(bound, &plan->buckets_.back().selections, TuneUse::AsContext,
                                     &steps_json);
   } else {
-    plan->full_ = plan->build_steps(0, nullptr, TuneUse::AsContext, &steps_json);
+    plan->full_ = plan->build_steps(0, &plan->fixed_, TuneUse::AsContext, &steps_json);
   }
 
   nlohmann::json io_json = nlohmann::json::array();
@@ -305,12 +335,18 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
                              {"fused_from", node.fused_from},
                              {"output", storage[static_cast<std::size_t>(id)].shape_string()}};
     if (node.is_gemm_family()) {
-      const GemmProblem problem = make_gemm_problem(node, storage, id);
+      const GemmProblem problem = gemm_problem(graph_, node, storage, id);
       Selection selection = chosen ? (*chosen)[static_cast<std::size_t>(id)]
                                    : select_gemm_kernel(problem, device, options_.policy, measured,
                                                         backend.gemm_kernels());
-      const GemmSlots slots{slot_for(node.a), slot_for(node.b), slot_for(node.c),
-                            slot_for(node.bias), slot};
+      const auto prepared = b_prepared_slot_.find(id);
+      const GemmSlots slots{slot_for(node.a),
+                            slot_for(node.b),
+                            slot_for(node.c),
+                            slot_for(node.bias),
+                            slot,
+                            scratch_slot_,
+                            prepared == b_prepared_slot_.end() ? -1 : prepared->second};
       std::unique_ptr<Step> step;
       // Each refusal removes one candidate, so this ends: with a step, or with
       // GE2_ERROR_UNSUPPORTED when none is left or the kernel was forced.
@@ -337,6 +373,97 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
     if (steps_json) steps_json->push_back(step_json);
   }
   return list;
+}
+
+int Plan::add_owned_slot(std::unique_ptr<Buffer> buffer) {
+  slot_defaults_.push_back(buffer->data());
+  io_is_output_.push_back(false);
+  owned_.push_back(std::move(buffer));
+  return static_cast<int>(slot_defaults_.size()) - 1;
+}
+
+nlohmann::json Plan::apply_fp8_policy() {
+  Backend& backend = *backend_;
+  const SelectionPolicy& policy = options_.policy;
+  // Every list of choices with the extent its problems are taken at.
+  std::vector<std::pair<std::vector<Selection>*, std::int64_t>> lists;
+  if (max_extent_ > 0) {
+    for (ExtentBucket& bucket : buckets_) lists.emplace_back(&bucket.selections, bucket.last);
+  } else {
+    lists.emplace_back(&fixed_, 0);
+  }
+  auto constant_data = [&](ValueId v) -> const void* {
+    if (v == kNoValue || graph_.node(v).kind != OpKind::Constant) return nullptr;
+    return slot_defaults_[static_cast<std::size_t>(slot_of_[static_cast<std::size_t>(v)])];
+  };
+  nlohmann::json layers = nlohmann::json::array();
+  std::size_t scratch_bytes = 0;
+  for (ValueId id = 0; id < graph_.size(); ++id) {
+    const Node& node = graph_.node(id);
+    if (!node.live || !node.is_gemm_family()) continue;
+    std::optional<KernelId> fp8;
+    for (const auto& [selections, extent] : lists)
+      if (is_fp8_kernel((*selections)[static_cast<std::size_t>(id)].kernel))
+        fp8 = (*selections)[static_cast<std::size_t>(id)].kernel;
+    if (!fp8) continue;
+    // The gate and the scratch take the problem at the bound: the most rows.
+    const GemmProblem problem = gemm_problem(graph_, node, storage_, id);
+    std::unique_ptr<Buffer> prepared;
+    if (const void* b = constant_data(node.b))
+      prepared = backend.prepare_gemm_weight(*fp8, problem, b);
+    const Fp8GateResult gate =
+        measure_fp8_error(backend, problem, *fp8, constant_data(node.b), constant_data(node.bias),
+                          prepared ? prepared->data() : nullptr, policy);
+    const bool kept = gate.worst_channel_error <= policy.fp8_max_error;
+    auto number = [](double value) {
+      return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json("not finite");
+    };
+    nlohmann::json layer{{"node", id},
+                         {"kernel", kernel_name(*fp8)},
+                         {"scales",
+                          "per-tensor (amax / 448): weights at compile, activations "
+                          "every execution"},
+                         {"calibration_rows", gate.rows},
+                         {"compared_with", kernel_name(gate.reference)},
+                         {"relative_error", number(gate.relative_error)},
+                         {"worst_channel_error", number(gate.worst_channel_error)},
+                         {"max_error", policy.fp8_max_error}};
+    if (kept) {
+      layer["decision"] = "kept";
+      if (prepared) b_prepared_slot_[id] = add_owned_slot(std::move(prepared));
+      for (const auto& [selections, extent] : lists) {
+        const Selection& selection = (*selections)[static_cast<std::size_t>(id)];
+        if (is_fp8_kernel(selection.kernel))
+          scratch_bytes = std::max(
+              scratch_bytes,
+              backend.gemm_scratch_bytes(selection.kernel, problem, b_prepared_slot_.contains(id)));
+      }
+    } else {
+      const std::string refusal = fmt::format(
+          "FP8 accuracy gate: relative error {:.4g} in the worst output channel "
+          "against {} exceeds max_error {:.4g} (layer {:.4g})",
+          gate.worst_channel_error, kernel_name(gate.reference), policy.fp8_max_error,
+          gate.relative_error);
+      for (const auto& [selections, extent] : lists) {
+        Selection& selection = (*selections)[static_cast<std::size_t>(id)];
+        if (!is_fp8_kernel(selection.kernel)) continue;
+        refuse_and_reselect(selection, gemm_problem(graph_, node, storage_at(storage_, extent), id),
+                            policy, refusal);
+      }
+      layer["decision"] =
+          fmt::format("fallback to {}",
+                      kernel_name(lists.back().first->at(static_cast<std::size_t>(id)).kernel));
+    }
+    layers.push_back(layer);
+  }
+  if (scratch_bytes > 0) scratch_slot_ = add_owned_slot(backend.allocate(scratch_bytes));
+  return {{"allow_fp8", true},
+          {"max_error", policy.fp8_max_error},
+          {"calibration", fmt::format("up to {} rows of N(0, 1) inputs; the plan's constants as "
+                                      "they are",
+                                      kFp8CalibrationRows)},
+          {"scratch_bytes", scratch_bytes},
+          {"layers", layers}};
 }
 
 void Plan::execute(const ge2_binding_t* bindings, std::size_t count, void* stream) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,6 +69,11 @@ class Plan {
   // `steps_json`: receives each step's text when not null.
   std::unique_ptr<StepList> build_steps(std::int64_t extent, const std::vector<Selection>* chosen,
                                         TuneUse tune, nlohmann::json* steps_json);
+  // allow_fp8: prepares the constant weights of GEMMs an FP8 kernel was chosen
+  // for, runs each through the accuracy gate (fp8_gate.hpp), keeps it or falls
+  // back, and allocates the scratch the kept ones share. Returns the plan text.
+  nlohmann::json apply_fp8_policy();
+  int add_owned_slot(std::unique_ptr<Buffer> buffer);
 
   friend std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend, Graph graph,
                                             const CompileOptions& options);
@@ -82,6 +88,9 @@ class Plan {
   std::vector<bool> io_is_output_;
   std::int64_t max_extent_ = 0;
   std::vector<ExtentBucket> buckets_;
+  std::vector<Selection> fixed_;                  // by node id: a fixed-shape plan's choices
+  std::map<ValueId, int> b_prepared_slot_;        // GEMM node -> its B in its kernel's form
+  int scratch_slot_ = -1;                         // shared by the steps that asked for scratch
   std::unique_ptr<StepList> full_;                // at the bound, or the fixed shapes
   std::vector<std::unique_ptr<StepList>> lists_;  // other extents, least recently used first
   std::uint64_t next_list_id_ = 1;

@@ -19,6 +19,7 @@ struct GemmProblem {
   MatrixView a, b, c, d;
   bool trans_a = false, trans_b = false;
   bool has_c = false, has_bias = false;
+  bool b_constant = false;  // B is a constant of the plan (weights): FP8 quantizes it once
   std::int64_t bias_stride = 1;
   Activation act = Activation::None;
   float alpha = 1.0f, beta = 0.0f;

@@ -26,14 +26,18 @@ enum class KernelId {
   CutlassBf16Pingpong128,
   CudaF32,
   CudaSkinny,
+  LtFp8E4M3,
+  CpuFp8Ref,
   CpuRef
 };
-inline constexpr int kKernelCount = 13;
+inline constexpr int kKernelCount = 15;
 
 // Cutlass: ge2's own sm90a kernels (src/backends/cuda/cutlass/), one row per
 // tile configuration; they compute every activation in the epilogue.
 // CudaSkinny: ge2's own kernel for a few rows (decode), which streams the weight.
-enum class KernelFamily { Cublaslt, Cutlass, CudaFallback, CudaSkinny, CpuReference };
+// CublasltFp8: cuBLASLt's e4m3 GEMM behind ge2's per-tensor quantization of the
+// 16-bit operands (docs/fp8.md); only under the allow_fp8 precision policy.
+enum class KernelFamily { Cublaslt, Cutlass, CudaFallback, CudaSkinny, CublasltFp8, CpuReference };
 
 // The selector's cost model of one kernel on a 132-SM Hopper part (scaled by SM
 // count on others). It only has to rank kernels; docs/selector.md has the fit.
@@ -63,6 +67,9 @@ struct KernelInfo {
   // Above this many rows (M, a folded batch included) the same holds; 0: no limit.
   // For a kernel whose time grows with the rows faster than the model says.
   std::int64_t max_rows_untuned = 0;
+  // Quantizes f16/bf16 operands to FP8 e4m3 (per-tensor scales) and multiplies
+  // those: chosen only under allow_fp8 and kept only within its error budget.
+  bool fp8 = false;
 };
 
 // Fitted to bench_gemm on the H200 (bench/results/2026-12-02-h200-run3):
@@ -173,6 +180,33 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      {4.0, 5.0, 0.85, 1, 16},
      false,
      1},
+    // The e4m3 tensor-core GEMM (sm_89 and later) on operands ge2 quantizes with
+    // per-tensor scales: about 1240 TFLOP/s for torch._scaled_mm at 8192^3 on the
+    // H200 (DEVICE-NOTES.md); three launches (amax, quantize, matmul) at least.
+    {KernelId::LtFp8E4M3,
+     "lt_fp8_e4m3",
+     KernelFamily::CublasltFp8,
+     std::nullopt,
+     false,
+     89,
+     {1200.0, 18.0, 0.45, 128, 128},
+     false,
+     0,
+     true},
+    // The same arithmetic on the host: each operand rounded to e4m3 through its
+    // per-tensor scale, then the reference loop. Rated twice cpu_ref's rate, as
+    // the device rates e4m3 against 16 bits, so allow_fp8 takes it on the CPU
+    // backend too and the policy, its gate and its fallbacks run without a GPU.
+    {KernelId::CpuFp8Ref,
+     "cpu_fp8_ref",
+     KernelFamily::CpuReference,
+     std::nullopt,
+     false,
+     0,
+     {0.02, 1.0, 1.0, 1, 1},
+     false,
+     0,
+     true},
     {KernelId::CpuRef,
      "cpu_ref",
      KernelFamily::CpuReference,
@@ -200,6 +234,7 @@ constexpr bool is_cublaslt_kernel(KernelId id) {
 constexpr bool is_cutlass_kernel(KernelId id) {
   return kernel_info(id).family == KernelFamily::Cutlass;
 }
+constexpr bool is_fp8_kernel(KernelId id) { return kernel_info(id).fp8; }
 std::optional<KernelId> kernel_from_name(std::string_view name);
 // The cuBLASLt row for `dtype` without TF32: what ge2's own kernels fall back to
 // for executions their fast path cannot take (unaligned pointers).

@@ -38,6 +38,9 @@ std::string dtype_rule(const KernelInfo& kernel, DType dtype, const SelectionPol
     return fmt::format("needs {} tensors", dtype_name(*kernel.dtype));
   if (kernel.tf32 && !policy.allow_tf32)
     return "TF32 not allowed by the compile options (allow_tf32 = 0)";
+  if (kernel.fp8 && !policy.allow_fp8)
+    return "FP8 not allowed by the compile options (allow_fp8 = 0)";
+  if (kernel.fp8 && dtype == DType::F32) return "FP8 runs f16 and bf16 GEMMs only";
   return "";
 }
 
@@ -56,7 +59,8 @@ double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& devi
                    std::string& basis) {
   const KernelCost& model = kernel_info(kernel).cost;
   const double sm_scale = device.sm_count > 0 ? device.sm_count / 132.0 : 1.0;
-  double peak = model.peak_tflops * (kernel == KernelId::CpuRef ? 1.0 : sm_scale);
+  const bool host = kernel_info(kernel).family == KernelFamily::CpuReference;
+  double peak = model.peak_tflops * (host ? 1.0 : sm_scale);
   basis = fmt::format("model {:.0f} TFLOP/s peak", peak);
   if (is_cublaslt_kernel(kernel) && kernel != KernelId::LtF32 && !aligned) {
     peak *= kUnalignedTensorCorePenalty;
@@ -67,14 +71,22 @@ double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& devi
                        std::ceil(static_cast<double>(p.n) / model.tile_n) * p.batch;
   const double slots = std::max(1, device.sm_count);
   const double waves = std::ceil(tiles / slots);
-  const double fill = kernel == KernelId::CpuRef ? 1.0 : tiles / (waves * slots);
+  const double fill = host ? 1.0 : tiles / (waves * slots);
   const double tile_area = static_cast<double>(model.tile_m) * model.tile_n;
   const double edge = static_cast<double>(p.m) * p.n * p.batch / (tiles * tile_area);
   const double compute_us = p.flops() / (peak * 1e6 * fill * edge);
   const double bandwidth = device.memory_bandwidth_gbs > 0 ? device.memory_bandwidth_gbs : 100.0;
   const double memory_us = p.min_bytes() / (bandwidth * 1e3 * model.bandwidth_fraction);
   double total = model.launch_us + std::max(compute_us, memory_us);
-  if (is_cublaslt_kernel(kernel) && activation_info(p.act).cublaslt == LtEpilogue::kNone) {
+  if (kernel == KernelId::LtFp8E4M3) {
+    // Quantizing op(A) (and a B that is not a constant) reads it twice (amax,
+    // then convert) and writes one byte per element.
+    const double elements = static_cast<double>(p.m) * p.k + (p.b_constant ? 0.0 : 1.0 * p.k * p.n);
+    total += elements * (2.0 * dtype_size(p.dtype) + 1.0) / (bandwidth * 1e3 * 0.6);
+    basis += ", + e4m3 quantization of " + std::string(p.b_constant ? "A" : "A and B");
+  }
+  const bool lt_epilogue = is_cublaslt_kernel(kernel) || kernel == KernelId::LtFp8E4M3;
+  if (lt_epilogue && activation_info(p.act).cublaslt == LtEpilogue::kNone) {
     // No cuBLASLt epilogue computes it (erf GELU, SiLU): one more pass over D.
     const double d_bytes = 2.0 * static_cast<double>(p.m) * p.n * p.batch * dtype_size(p.dtype);
     total += 3.0 + d_bytes / (bandwidth * 1e3 * 0.8);
@@ -143,6 +155,45 @@ GemmProblem fold_batch_into_m(const GemmProblem& p) {
   folded.d.rows = folded.m;
   if (folded.has_c) folded.c.rows = folded.m;
   return folded;
+}
+
+std::string fp8_layout_problem(const GemmProblem& problem) {
+  const GemmProblem p = fold_batch_into_m(problem);
+  if (p.batch > 1) return fmt::format("a batch of {} that does not fold into M", p.batch);
+  if (p.k % 16 != 0) return fmt::format("K = {} is not a multiple of 16", p.k);
+  const std::int64_t vector = 16 / static_cast<std::int64_t>(dtype_size(p.dtype));
+  if (p.d.col_stride != 1 && p.d.cols != 1) return "D is not row-major";
+  if (p.has_c && p.c.col_stride != 1 && p.c.cols != 1) return "C is not row-major";
+  if (p.n % vector != 0) return fmt::format("N = {} is not a multiple of {}", p.n, vector);
+  if (p.d.row_stride % vector != 0 || (p.has_c && p.c.row_stride % vector != 0))
+    return "a row stride of C or D is not a multiple of 16 bytes";
+  if (p.has_bias && p.bias_stride != 1) return "bias is not contiguous";
+  return "";
+}
+
+namespace {
+std::size_t round_up_256(double bytes) {
+  return (static_cast<std::size_t>(bytes) + 255) / 256 * 256;
+}
+}  // namespace
+
+std::size_t fp8_scratch_bytes(const GemmProblem& problem, bool b_prepared) {
+  const GemmProblem p = fold_batch_into_m(problem);
+  return kFp8ScaleBlock + round_up_256(static_cast<double>(p.m) * p.k) +
+         (b_prepared ? 0 : round_up_256(static_cast<double>(p.n) * p.k));
+}
+
+std::size_t fp8_weight_bytes(const GemmProblem& problem) {
+  return kFp8ScaleBlock + round_up_256(static_cast<double>(problem.n) * problem.k);
+}
+
+GemmProblem with_rows(const GemmProblem& problem, std::int64_t rows) {
+  GemmProblem p = problem;
+  p.m = rows;
+  (p.trans_a ? p.a.cols : p.a.rows) = rows;
+  p.d.rows = rows;
+  if (p.has_c) p.c.rows = rows;
+  return p;
 }
 
 namespace {
@@ -260,6 +311,7 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
       reason = cutlass_problem;
     if (reason.empty() && kernel_info(kernel).family == KernelFamily::CudaSkinny)
       reason = skinny_layout_problem(problem, device);
+    if (reason.empty() && is_fp8_kernel(kernel)) reason = fp8_layout_problem(problem);
     if (!reason.empty()) {
       candidate.reason = reason;
       selection.candidates.push_back(candidate);
@@ -285,6 +337,7 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
         candidate.reason += ", staging would not pay";
       }
     }
+    candidate.model_us = candidate.estimated_us;
     if (measured) {
       if (auto time = measured(kernel, problem)) {
         candidate.estimated_us = *time;
@@ -339,9 +392,28 @@ void choose_kernel(Selection& selection, const GemmProblem& problem, const Selec
                   [](const Candidate& c) { return c.feasible && c.measured; });
   const Candidate* best = nullptr;
   for (const auto& candidate : selection.candidates) {
-    if (!candidate.feasible || (any_measured && !candidate.measured)) continue;
+    if (!candidate.feasible || is_fp8_kernel(candidate.kernel)) continue;
+    if (any_measured && !candidate.measured) continue;
     if (candidate.needs_measurement && !candidate.measured) continue;
     if (best == nullptr || candidate.estimated_us < best->estimated_us) best = &candidate;
+  }
+  // An FP8 row (feasible only under allow_fp8) replaces that choice where the
+  // model rates it faster, both rated by the model: the tuner does not time FP8
+  // rows, and their accuracy is judged by the compile-time gate, not here.
+  const Candidate* fp8 = nullptr;
+  for (const auto& candidate : selection.candidates)
+    if (candidate.feasible && is_fp8_kernel(candidate.kernel) &&
+        (fp8 == nullptr || candidate.model_us < fp8->model_us))
+      fp8 = &candidate;
+  if (fp8 != nullptr && (best == nullptr || fp8->model_us < best->model_us)) {
+    selection.kernel = fp8->kernel;
+    selection.staged = false;
+    selection.why =
+        best == nullptr
+            ? fmt::format("allow_fp8: the only kernel left ({:.2f} us estimated)", fp8->model_us)
+            : fmt::format("allow_fp8: estimated {:.2f} us against {:.2f} us for {}", fp8->model_us,
+                          best->model_us, kernel_name(best->kernel));
+    return;
   }
   require(best != nullptr, GE2_ERROR_UNSUPPORTED, "no kernel can run GEMM {} ({})",
           problem.shape_string(), dtype_name(problem.dtype));
@@ -352,6 +424,9 @@ void choose_kernel(Selection& selection, const GemmProblem& problem, const Selec
                               aligned            ? ""
                               : selection.staged ? "; unaligned leading dimensions: operands staged"
                                                  : "; leading dimensions not 16-byte aligned");
+  if (fp8 != nullptr)
+    selection.why +=
+        fmt::format("; {} estimated slower ({:.2f} us)", kernel_name(fp8->kernel), fp8->model_us);
 }
 
 void refuse_and_reselect(Selection& selection, const GemmProblem& problem,

@@ -17,6 +17,10 @@ namespace ge2 {
 struct SelectionPolicy {
   bool allow_tf32 = false;
   bool allow_staging = true;
+  // FP8 e4m3 kernels may run 16-bit GEMMs whose relative Frobenius error, measured
+  // at compile against the 16-bit kernel, stays within fp8_max_error (docs/fp8.md).
+  bool allow_fp8 = false;
+  double fp8_max_error = 0.1;
   std::optional<KernelId> forced;
 };
 
@@ -24,6 +28,7 @@ struct Candidate {
   KernelId kernel{};
   bool feasible = false;
   double estimated_us = 0;  // lower is better; from measurement when `measured`
+  double model_us = 0;      // the cost model's estimate, measured or not
   bool measured = false;
   bool staged = false;  // operands copied into 16-byte-aligned buffers first
   // Chosen only on a measured time or when forced (KernelInfo::needs_measurement,
@@ -51,6 +56,20 @@ std::string cublaslt_layout_problem(const GemmProblem& problem);
 // and a batch that either has its own operands or folds into M. Empty when they
 // can, else the reason (the plan shows it).
 std::string cutlass_layout_problem(const GemmProblem& problem);
+// Whether an FP8 row can run the problem: f16 or bf16, one batch (after folding
+// it into M), K a multiple of 16 (the e4m3 copies' rows are 16-byte aligned),
+// row-major C and D with 16-byte aligned rows, a contiguous bias. Empty when it
+// can, else the reason.
+std::string fp8_layout_problem(const GemmProblem& problem);
+// Device scratch an FP8 step needs: the per-tensor scales, op(A) in e4m3 and,
+// unless B is a constant quantized at compile (`b_prepared`), op(B) in e4m3.
+std::size_t fp8_scratch_bytes(const GemmProblem& problem, bool b_prepared);
+// Bytes of an FP8 weight prepared at compile: its scale block, then op(B)^T, [N, K], in e4m3.
+std::size_t fp8_weight_bytes(const GemmProblem& problem);
+inline constexpr std::size_t kFp8ScaleBlock = 256;  // scales first; e4m3 data 256-byte aligned
+// The problem cut to its first `rows` rows of A, C and D (the FP8 accuracy gate's calibration).
+GemmProblem with_rows(const GemmProblem& problem, std::int64_t rows);
+
 // The problem cuda_skinny runs: the batch folded into M where that keeps M within
 // its rows, else the batch as it is.
 GemmProblem skinny_problem(const GemmProblem& problem);

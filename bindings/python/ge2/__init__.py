@@ -271,11 +271,15 @@ class Graph:
                                           None))
 
     def compile(self, context: Context, fuse=True, allow_tf32=False, force_kernel: str | None = None,
-                graph_replay=False) -> "Plan":
+                graph_replay=False, allow_fp8=False, fp8_max_error: float = 0.1) -> "Plan":
         """graph_replay: on CUDA, record the plan's work as a CUDA graph and replay it while
-        the bound arrays stay the same (see ge2_compile_options_t.graph_replay)."""
+        the bound arrays stay the same (see ge2_compile_options_t.graph_replay).
+        allow_fp8: f16/bf16 GEMMs may run on FP8 e4m3 copies of their operands where that is
+        estimated faster, each kept only if its measured error (the worst output channel's
+        relative error against the 16-bit kernel) is at most fp8_max_error; the plan's
+        describe()["fp8"] lists every layer's error and decision (docs/fp8.md)."""
         return Plan(context, self, fuse=fuse, allow_tf32=allow_tf32, force_kernel=force_kernel,
-                    graph_replay=graph_replay)
+                    graph_replay=graph_replay, allow_fp8=allow_fp8, fp8_max_error=fp8_max_error)
 
 
 def _stream(stream, function: str):
@@ -305,7 +309,7 @@ class Plan:
     (`max_extent` > 0) runs at the leading dimension of its dynamic arrays."""
 
     def __init__(self, context: Context, graph: Graph, fuse=True, allow_tf32=False, force_kernel=None,
-                 graph_replay=False):
+                 graph_replay=False, allow_fp8=False, fp8_max_error=0.1):
         f = "ge2.Graph.compile"
         if not isinstance(context, Context):
             raise TypeError(f"{f}: argument 'context' is a {type(context).__name__}, not a ge2.Context")
@@ -314,6 +318,8 @@ class Plan:
         options.fuse = _checks.flag(fuse, "fuse", f)
         options.allow_tf32 = _checks.flag(allow_tf32, "allow_tf32", f)
         options.graph_replay = _checks.flag(graph_replay, "graph_replay", f)
+        options.allow_fp8 = _checks.flag(allow_fp8, "allow_fp8", f)
+        options.fp8_max_error = _checks.real(fp8_max_error, "fp8_max_error", f)
         self._force = _checks.name(force_kernel, "force_kernel", f) if force_kernel else None
         options.force_kernel = self._force
         handle = ctypes.c_void_p()

@@ -46,7 +46,8 @@ class GemmAttrs(ctypes.Structure):
 
 class CompileOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("fuse", ctypes.c_int), ("allow_tf32", ctypes.c_int),
-                ("allow_staging", ctypes.c_int), ("force_kernel", ctypes.c_char_p), ("graph_replay", ctypes.c_int)]
+                ("allow_staging", ctypes.c_int), ("force_kernel", ctypes.c_char_p), ("graph_replay", ctypes.c_int),
+                ("allow_fp8", ctypes.c_int), ("fp8_max_error", ctypes.c_float)]
 
 
 class IoInfo(ctypes.Structure):

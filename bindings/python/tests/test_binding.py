@@ -321,3 +321,36 @@ def test_dynamic_extent_one_plan_runs_every_token_count(cpu, dtype):
         plan.execute({"x": np.zeros((301, hidden), np_dtype), "y": np.zeros((301, hidden), np_dtype)})
     with pytest.raises(ge2.ShapeMismatchError, match="dynamic leading dimension"):
         g.add(x, g.input("fixed", (bound, hidden), dtype))
+
+
+def _fp8_layer(context, w, **options):
+    g = ge2.Graph()
+    x = g.input("x", (33, w.shape[1]), "f16")
+    g.output(g.activation(g.gemm(x, g.constant("w", w), trans_b=True), "gelu"), "y")
+    return g.compile(context, allow_fp8=True, **options)
+
+
+def test_allow_fp8_runs_e4m3_within_its_measured_error_and_falls_back_past_it(cpu):
+    rng = np.random.default_rng()
+    w = (rng.uniform(-1, 1, (24, 64)) / 8).astype(np.float16)
+    plan = _fp8_layer(cpu, w)
+    layer = plan.describe()["fp8"]["layers"][0]
+    assert layer["decision"] == "kept" and layer["kernel"] == "cpu_fp8_ref"
+    assert 1e-3 < layer["worst_channel_error"] <= 0.1
+    x = rng.standard_normal((33, 64)).astype(np.float16)
+    y = np.full((33, 24), np.nan, np.float16)
+    plan.execute({"x": x, "y": y})
+    want = gelu_erf(x.astype(np.float64) @ w.astype(np.float64).T)
+    assert 1e-3 < rel_error(y, want) <= 0.06  # really e4m3, and within the documented bound
+
+    w[0, 0] = 1e4  # one outlier: a per-tensor scale loses every other row of W
+    fallback = _fp8_layer(cpu, w)
+    layer = fallback.describe()["fp8"]["layers"][0]
+    assert layer["decision"] == "fallback to cpu_ref" and layer["worst_channel_error"] > 0.1
+    fallback.execute({"x": x, "y": y})
+    assert rel_error(y, gelu_erf(x.astype(np.float64) @ w.astype(np.float64).T)) <= 2e-3
+
+    with pytest.raises(ge2.InvalidArgumentError, match="fp8_max_error"):
+        _fp8_layer(cpu, w, fp8_max_error=0.0)
+    with pytest.raises(TypeError):
+        _fp8_layer(cpu, w, fp8_max_error="tight")

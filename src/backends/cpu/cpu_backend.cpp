@@ -18,19 +18,23 @@ void* slot_pointer(const ExecState& state, int slot) {
 
 class CpuGemmStep final : public Step {
  public:
-  CpuGemmStep(const GemmProblem& problem, const GemmSlots& slots)
-      : problem_(problem), slots_(slots) {}
+  CpuGemmStep(const GemmProblem& problem, const GemmSlots& slots, KernelId kernel)
+      : problem_(problem), slots_(slots), kernel_(kernel) {}
   void run(const ExecState& s) override {
-    cpu::gemm(problem_, slot_pointer(s, slots_.a), slot_pointer(s, slots_.b),
-              slot_pointer(s, slots_.c), slot_pointer(s, slots_.bias), slot_pointer(s, slots_.d));
+    (kernel_ == KernelId::CpuFp8Ref ? cpu::gemm_fp8 : cpu::gemm)(
+        problem_, slot_pointer(s, slots_.a), slot_pointer(s, slots_.b), slot_pointer(s, slots_.c),
+        slot_pointer(s, slots_.bias), slot_pointer(s, slots_.d));
   }
   nlohmann::json describe() const override {
-    return {{"name", "cpu_ref"}, {"epilogue", "fused in the reference loop"}};
+    nlohmann::json j{{"name", kernel_name(kernel_)}, {"epilogue", "fused in the reference loop"}};
+    if (kernel_ == KernelId::CpuFp8Ref) j["scales"] = "per-tensor, amax / 448";
+    return j;
   }
 
  private:
   GemmProblem problem_;
   GemmSlots slots_;
+  KernelId kernel_;
 };
 
 class CpuElementwiseStep final : public Step {
@@ -73,14 +77,18 @@ class CpuBackend final : public Backend {
   }
 
   std::span<const KernelId> gemm_kernels() const override {
-    static constexpr KernelId kOffered[] = {KernelId::CpuRef};
+    static constexpr auto kOffered = kernels_of<KernelFamily::CpuReference>();
     return kOffered;
   }
   std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
                                   KernelId kernel, bool, TuneUse) override {
-    require(kernel == KernelId::CpuRef, GE2_ERROR_UNSUPPORTED,
+    require(kernel_info(kernel).family == KernelFamily::CpuReference, GE2_ERROR_UNSUPPORTED,
             "the CPU backend cannot run kernel '{}'", kernel_name(kernel));
-    return std::make_unique<CpuGemmStep>(problem, slots);
+    if (kernel == KernelId::CpuFp8Ref) {
+      const std::string layout = fp8_layout_problem(problem);
+      require(layout.empty(), GE2_ERROR_UNSUPPORTED, "{}", layout);
+    }
+    return std::make_unique<CpuGemmStep>(problem, slots, kernel);
   }
   std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                          const ElementwiseSlots& slots) override {
@@ -91,6 +99,9 @@ class CpuBackend final : public Backend {
   }
   void upload(Buffer& destination, const void* host, std::size_t bytes) override {
     std::memcpy(destination.data(), host, bytes);
+  }
+  void download(void* host, const void* source, std::size_t bytes) override {
+    std::memcpy(host, source, bytes);
   }
   void check_plan_memory(std::size_t bytes) const override {
     require_fits_in_host_memory(

@@ -1,8 +1,11 @@
 #include "backends/cpu/cpu_kernels.hpp"
 
+#include <cmath>
 #include <vector>
 
 #include "core/activation.hpp"
+#include "core/error.hpp"
+#include "select/selector.hpp"
 
 namespace ge2::cpu {
 namespace {
@@ -24,14 +27,27 @@ void pack(const MatrixView& v, bool transposed, DType dtype, const void* base,
   }
 }
 
-}  // namespace
+// Rounds every value to e4m3 through the per-tensor scale (the device's
+// fp8_quantize.cu arithmetic): x * 448 / amax, saturating; returns amax / 448.
+float round_to_e4m3(std::vector<float>& values) {
+  float amax = 0.0f;
+  for (float v : values) {
+    const float magnitude = std::fabs(v);
+    if (std::isnan(magnitude) || magnitude > amax) amax = magnitude;
+    if (std::isnan(amax)) break;
+  }
+  const float multiplier = amax == 0.0f ? 1.0f : kE4M3Max / amax;
+  for (float& v : values) v = e4m3_bits_to_float(float_to_e4m3_bits(v * multiplier));
+  return amax == 0.0f ? 1.0f : amax / kE4M3Max;
+}
 
-void gemm(const GemmProblem& p, const void* a, const void* b, const void* c, const void* bias,
-          void* d) {
+void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c, const void* bias,
+               void* d, bool fp8) {
   std::vector<float> packed_a, packed_b, row(static_cast<std::size_t>(p.n));
   for (std::int64_t batch = 0; batch < p.batch; ++batch) {
     pack(p.a, p.trans_a, p.dtype, a, batch, packed_a);
     pack(p.b, p.trans_b, p.dtype, b, batch, packed_b);
+    const float scale = fp8 ? round_to_e4m3(packed_a) * round_to_e4m3(packed_b) : 1.0f;
     for (std::int64_t i = 0; i < p.m; ++i) {
       std::fill(row.begin(), row.end(), 0.0f);
       const float* a_row = packed_a.data() + i * p.k;
@@ -42,7 +58,7 @@ void gemm(const GemmProblem& p, const void* a, const void* b, const void* c, con
         for (std::int64_t j = 0; j < p.n; ++j) row[static_cast<std::size_t>(j)] += a_ik * b_row[j];
       }
       for (std::int64_t j = 0; j < p.n; ++j) {
-        float value = p.alpha * row[static_cast<std::size_t>(j)];
+        float value = p.alpha * scale * row[static_cast<std::size_t>(j)];
         if (p.has_c)
           value += p.beta * load_as_float(
                                 c, p.dtype,
@@ -54,6 +70,21 @@ void gemm(const GemmProblem& p, const void* a, const void* b, const void* c, con
       }
     }
   }
+}
+
+}  // namespace
+
+void gemm(const GemmProblem& p, const void* a, const void* b, const void* c, const void* bias,
+          void* d) {
+  gemm_impl(p, a, b, c, bias, d, false);
+}
+
+void gemm_fp8(const GemmProblem& p, const void* a, const void* b, const void* c, const void* bias,
+              void* d) {
+  // One scale per tensor: a batch that folds into M is one tensor, as on the device.
+  const GemmProblem folded = fold_batch_into_m(p);
+  require(folded.batch == 1, GE2_ERROR_UNSUPPORTED, "cpu_fp8_ref: {}", fp8_layout_problem(p));
+  gemm_impl(folded, a, b, c, bias, d, true);
 }
 
 void elementwise(const ElementwiseProblem& p, const void* x, const void* bias, const void* y,

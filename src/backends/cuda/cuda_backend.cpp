@@ -99,10 +99,11 @@ class CudaBackend final : public Backend {
   // and only in builds with CUTLASS.
   std::span<const KernelId> gemm_kernels() const override {
     static constexpr auto kOffered =
-        kernels_of<KernelFamily::Cublaslt, KernelFamily::CudaFallback, KernelFamily::CudaSkinny>();
+        kernels_of<KernelFamily::Cublaslt, KernelFamily::CudaFallback, KernelFamily::CudaSkinny,
+                   KernelFamily::CublasltFp8>();
     static constexpr auto kWithCutlass =
         kernels_of<KernelFamily::Cublaslt, KernelFamily::Cutlass, KernelFamily::CudaFallback,
-                   KernelFamily::CudaSkinny>();
+                   KernelFamily::CudaSkinny, KernelFamily::CublasltFp8>();
     if (cutlass_usable()) return kWithCutlass;
     return kOffered;
   }
@@ -124,8 +125,13 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
                                   KernelId kernel, bool staged, TuneUse tune) override {
     GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
-    require(kernel != KernelId::CpuRef, GE2_ERROR_UNSUPPORTED,
-            "the CUDA backend cannot run kernel 'cpu_ref'");
+    require(kernel_info(kernel).family != KernelFamily::CpuReference, GE2_ERROR_UNSUPPORTED,
+            "the CUDA backend cannot run kernel '{}'", kernel_name(kernel));
+    if (kernel == KernelId::LtFp8E4M3)
+      return make_fp8_gemm_step(
+          lt_.get(), problem, slots, *chooser_, device_.sm_count,
+          make_lt_gemm_step(lt_.get(), problem, cublaslt_kernel_for(problem.dtype), slots,
+                            *chooser_, tune));
     if (kernel == KernelId::CudaF32) return make_fallback_gemm_step(problem, slots);
     if (kernel == KernelId::CudaSkinny)
       return make_skinny_gemm_step(
@@ -149,6 +155,23 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                          const ElementwiseSlots& slots) override {
     return make_elementwise_step(problem, slots);
+  }
+  std::size_t gemm_scratch_bytes(KernelId kernel, const GemmProblem& problem,
+                                 bool b_prepared) const override {
+    return kernel == KernelId::LtFp8E4M3 ? fp8_scratch_bytes(problem, b_prepared) : 0;
+  }
+  std::unique_ptr<Buffer> prepare_gemm_weight(KernelId kernel, const GemmProblem& problem,
+                                              const void* b) override {
+    if (kernel != KernelId::LtFp8E4M3) return nullptr;
+    GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
+    auto buffer = std::make_unique<DeviceBufferHolder>(fp8_weight_bytes(problem));
+    prepare_fp8_weight(problem, b, buffer->data(), device_.sm_count);
+    return buffer;
+  }
+  void download(void* host, const void* source, std::size_t bytes) override {
+    GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
+    GE2_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    GE2_CUDA_CHECK(cudaMemcpy(host, source, bytes, cudaMemcpyDeviceToHost));
   }
   std::unique_ptr<Buffer> allocate(std::size_t bytes) override {
     GE2_CUDA_CHECK(cudaSetDevice(ordinal_));

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "ir/kernel_problems.hpp"
@@ -29,6 +30,15 @@ void launch_elementwise(const ElementwiseProblem& problem, const void* x, const 
 void launch_copy_matrix(DType dtype, const MatrixView& src, const void* src_data,
                         const MatrixView& dst, void* dst_data, cudaStream_t stream,
                         Activation act = Activation::None);
+
+// Per-tensor FP8 e4m3 quantization (lt_fp8_e4m3): dst, a dense row-major
+// src.rows x src.cols copy, gets e4m3(src(i, j) * 448 / amax) rounded to nearest
+// even and saturated at +-448; *scale gets amax / 448 (1 for an all-zero src),
+// the factor cuBLASLt multiplies back. amax_bits: 4 bytes of device scratch. A
+// memset and two launches on `stream`, no host synchronization (capturable).
+void launch_quantize_e4m3(DType dtype, const MatrixView& src, const void* src_data,
+                          std::uint8_t* dst, unsigned* amax_bits, float* scale, int sm_count,
+                          cudaStream_t stream);
 
 // Tiles of the fallback kernel, exported for the plan text.
 inline constexpr int kFallbackTileM = 64, kFallbackTileN = 64, kFallbackTileK = 16;

@@ -118,8 +118,11 @@ LtMatmul::LtMatmul(cublasLtHandle_t handle, const GemmProblem& p, KernelId kerne
   separate_activation_ = epilogue.separate_activation;
   epilogue_name_ = epilogue.name;
 
-  layout_first_ = batched_layout(type, b, p.batch, p.b.batch_stride);
-  layout_second_ = batched_layout(type, a, p.batch, p.a.batch_stride);
+  // lt_fp8_e4m3 multiplies ge2's e4m3 copies of the operands (TN: both K-contiguous,
+  // which fp8_gemm_step.cpp lays out); C, D and the bias keep the problem's dtype.
+  const cudaDataType_t operand_type = is_fp8_kernel(kernel) ? CUDA_R_8F_E4M3 : type;
+  layout_first_ = batched_layout(operand_type, b, p.batch, p.b.batch_stride);
+  layout_second_ = batched_layout(operand_type, a, p.batch, p.a.batch_stride);
   const ColumnMajor d = row_major_output(p.d, "D");
   layout_d_ = batched_layout(type, d, p.batch, p.d.batch_stride);
   if (p.has_c) {
@@ -161,6 +164,19 @@ bool LtMatmul::check(const cublasLtMatmulAlgo_t& algo, std::size_t* workspace_by
   if (status != CUBLAS_STATUS_SUCCESS || result.state != CUBLAS_STATUS_SUCCESS) return false;
   if (workspace_bytes != nullptr) *workspace_bytes = result.workspaceSize;
   return true;
+}
+
+void LtMatmul::set_scale_pointers(const float* first, const float* second) {
+  if (first != scale_first_) {
+    GE2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        desc_.get(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &first, sizeof(first)));
+    scale_first_ = first;
+  }
+  if (second != scale_second_) {
+    GE2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        desc_.get(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &second, sizeof(second)));
+    scale_second_ = second;
+  }
 }
 
 void LtMatmul::run(const cublasLtMatmulAlgo_t& algo, const LtPointers& ptr, void* workspace,

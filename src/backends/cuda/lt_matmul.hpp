@@ -40,6 +40,9 @@ class LtMatmul {
 
   void run(const cublasLtMatmulAlgo_t& algo, const LtPointers& pointers, void* workspace,
            std::size_t workspace_bytes, cudaStream_t stream);
+  // lt_fp8_e4m3: device pointers to the dequantization scales of cuBLASLt's first
+  // operand (ge2's B) and second (ge2's A); set before run() when they change.
+  void set_scale_pointers(const float* first, const float* second);
 
   // The activation runs in a separate kernel (cuBLASLt has no erf-GELU epilogue).
   bool needs_separate_activation() const { return separate_activation_; }
@@ -57,6 +60,8 @@ class LtMatmul {
   MatmulDesc desc_;
   MatrixLayout layout_first_, layout_second_, layout_c_, layout_d_;
   const void* bound_bias_ = nullptr;  // the descriptor's bias pointer, set when it changes
+  const float* scale_first_ = nullptr;
+  const float* scale_second_ = nullptr;
   bool separate_activation_ = false;
   const char* epilogue_name_ = "CUBLASLT_EPILOGUE_DEFAULT";
 };

@@ -1,0 +1,175 @@
+"""FP8 (e4m3) FFN blocks: ge2 with allow_fp8 against ge2's own 16-bit plan and the
+same block built from torch._scaled_mm with the same scaling (per-tensor scales,
+weights quantized once, activations every call from their amax), PyTorch in the
+same process on the same tensors.
+
+  block: y = x + fc2(gelu(fc1(x)))   (nn.Linear modules, bias, exact-erf GELU)
+
+Also one GEMM at --gemm M N K (default 8192^3): ge2 with allow_fp8 (its time
+includes quantizing A every call), torch._scaled_mm on operands quantized
+beforehand (the GEMM alone) and with A quantized in the call, and fp16 torch.mm.
+Each time is the median over groups of back-to-back calls timed with CUDA events,
+the contenders rotated group by group (bench/ffn_blocks.py's time_contenders).
+Errors: relative Frobenius distance to the block computed in fp32 from the same
+fp16 weights.
+
+    python3 bench/fp8_blocks.py --out DIR [--hidden 4096] [--inter 11008 14336]
+        [--tokens 2048 4096 8192] [--gemm 8192 8192 8192]
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from ffn_blocks import cuda_graphed, ge2_block, time_contenders, torch_block  # noqa: E402
+
+E4M3_MAX = 448.0
+
+
+def quantize(t):
+    """(e4m3 copy, dequantization scale): per-tensor, as ge2 documents it (x * 448 / amax)."""
+    import torch
+
+    amax = t.abs().amax().float()
+    multiplier = torch.where(amax > 0, E4M3_MAX / amax, torch.ones_like(amax))
+    q = (t.float() * multiplier).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return q, (1.0 / multiplier).reshape(())
+
+
+def scaled_mm_block(modules, dtype):
+    """The block from torch._scaled_mm calls: weights quantized once, activations per call."""
+    import torch
+    import torch.nn.functional as F
+
+    fc1, fc2 = modules["fc1"], modules["fc2"]
+    w1, s1 = quantize(fc1.weight.detach())
+    w2, s2 = quantize(fc2.weight.detach())
+    b1, b2 = fc1.bias.detach(), fc2.bias.detach()
+
+    def linear(x, w, s, b):
+        xq, sx = quantize(x)
+        return torch._scaled_mm(xq, w.t(), scale_a=sx, scale_b=s, bias=b, out_dtype=dtype)
+
+    def block(x):
+        return x + linear(F.gelu(linear(x, w1, s1, b1)), w2, s2, b2)
+
+    return block
+
+
+def rel(got, want):
+    return ((got.float() - want).norm() / want.norm()).item()
+
+
+def gemm_rows(args, ctx, dtype):
+    import torch
+
+    import ge2
+
+    m, n, k = args.gemm
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    w = torch.randn(n, k, device="cuda", dtype=dtype) / k ** 0.5
+    g = ge2.Graph()
+    x = g.input("a", (m, k), "f16")
+    g.output(g.gemm(x, g.constant("w", w.cpu()), trans_b=True), "d")
+    fp8_plan = g.compile(ctx, allow_fp8=True)
+    fp16_plan = g.compile(ctx)
+    d8, d16 = torch.empty(m, n, device="cuda", dtype=dtype), torch.empty(m, n, device="cuda", dtype=dtype)
+    aq, sa = quantize(a)
+    wq, sw = quantize(w)
+    want = (a.float() @ w.float().t())
+    fp8_plan.execute({"a": a, "d": d8})
+    fp16_plan.execute({"a": a, "d": d16})
+    torch.cuda.synchronize()
+    contenders = {
+        "ge2 fp8 (quantizes A)": lambda: fp8_plan.execute({"a": a, "d": d8}),
+        "ge2 fp16": lambda: fp16_plan.execute({"a": a, "d": d16}),
+        "torch._scaled_mm (pre-quantized)": lambda: torch._scaled_mm(aq, wq.t(), scale_a=sa, scale_b=sw,
+                                                                     out_dtype=dtype),
+        "torch._scaled_mm (quantizes A)": lambda: torch._scaled_mm(quantize(a)[0], wq.t(), scale_a=sa,
+                                                                   scale_b=sw, out_dtype=dtype),
+        "torch.mm fp16": lambda: torch.mm(a, w.t()),
+    }
+    med = time_contenders(contenders, args.groups, 5)
+    flops = 2 * m * n * k
+    row = {"gemm": [m, n, k], "us": med, "tflops": {name: flops / t / 1e6 for name, t in med.items()},
+           "rel_error_fp8": rel(d8, want), "rel_error_fp16": rel(d16, want),
+           "kernel": fp8_plan.describe()["steps"][0]["kernel"]["name"]}
+    print(f"GEMM {m}x{n}x{k}: " + "  ".join(f"{name} {t:8.1f} us ({row['tflops'][name]:6.0f} TFLOP/s)"
+                                          for name, t in med.items()) +
+          f"  err fp8 {row['rel_error_fp8']:.2e} fp16 {row['rel_error_fp16']:.2e}", flush=True)
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--hidden", type=int, default=4096)
+    parser.add_argument("--inter", type=int, nargs="+", default=[11008, 14336])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[2048, 4096, 8192])
+    parser.add_argument("--gemm", type=int, nargs=3, default=[8192, 8192, 8192])
+    parser.add_argument("--groups", type=int, default=15)
+    args = parser.parse_args()
+    import torch  # after argparse: --help works without torch
+
+    import ge2
+
+    torch.manual_seed(0)
+    dtype = torch.float16
+    ctx = ge2.Context(device="cuda", tunedb="")
+    rows = [gemm_rows(args, ctx, dtype)]
+    for inter in args.inter:
+        block, modules = torch_block("gelu", args.hidden, inter, dtype)
+        reference = torch_block("gelu", args.hidden, inter, torch.float32)[0]
+        reference.load_state_dict({k: v.float() for k, v in block.state_dict().items()})
+        fp8_torch = scaled_mm_block(modules, dtype)
+        for tokens in args.tokens:
+            g = ge2_block("gelu", modules, tokens, args.hidden, "f16")
+            fp16_plan = g.compile(ctx)
+            fp8_plan = g.compile(ctx, allow_fp8=True)
+            fp8_replay = g.compile(ctx, allow_fp8=True, graph_replay=True)
+            gate = fp8_plan.describe()["fp8"]["layers"]
+            kernels = [s["kernel"]["name"] for s in fp8_plan.describe()["steps"] if "selection" in s]
+            xs = torch.randn(tokens, args.hidden, device="cuda", dtype=dtype)
+            y16, y8, y8r = torch.empty_like(xs), torch.empty_like(xs), torch.empty_like(xs)
+            with torch.no_grad():
+                want = reference(xs.float())
+                fp16_plan.execute({"x": xs, "y": y16})
+                fp8_plan.execute({"x": xs, "y": y8})
+                fp8_replay.execute({"x": xs, "y": y8r})
+                torch.cuda.synchronize()
+                errors = {"ge2 fp16": rel(y16, want), "ge2 fp8": rel(y8, want), "ge2 fp8 replay": rel(y8r, want),
+                          "torch fp16 eager": rel(block(xs), want), "torch _scaled_mm": rel(fp8_torch(xs), want)}
+                contenders = {
+                    "ge2 fp16": lambda: fp16_plan.execute({"x": xs, "y": y16}),
+                    "ge2 fp8": lambda: fp8_plan.execute({"x": xs, "y": y8}),
+                    "ge2 fp8 replay": lambda: fp8_replay.execute({"x": xs, "y": y8r}),
+                    "torch fp16 eager": lambda: block(xs),
+                    "torch _scaled_mm": lambda: fp8_torch(xs),
+                    "torch _scaled_mm cuda graph": cuda_graphed(fp8_torch, xs),
+                }
+                med = time_contenders(contenders, args.groups, 5)
+            flops = 2 * tokens * args.hidden * inter * 2
+            row = {"block": "gelu", "tokens": tokens, "hidden": args.hidden, "inter": inter, "dtype": "f16",
+                   "us": med, "tflops": {k: flops / v / 1e6 for k, v in med.items()},
+                   "fp8_over_ge2_fp16": med["ge2 fp16"] / med["ge2 fp8"],
+                   "fp8_over_scaled_mm": med["torch _scaled_mm"] / med["ge2 fp8"],
+                   "fp8_replay_over_scaled_mm_graph": med["torch _scaled_mm cuda graph"] / med["ge2 fp8 replay"],
+                   "rel_error_vs_fp32": errors, "gate": gate, "kernels": kernels}
+            rows.append(row)
+            print(f"gelu I={inter:5d} tokens {tokens:5d}: " + "  ".join(f"{k} {v:8.1f}" for k, v in med.items()) +
+                  f" us  fp16/fp8 {row['fp8_over_ge2_fp16']:.3f}  scaled_mm/fp8 {row['fp8_over_scaled_mm']:.3f}"
+                  f"  errors " + " ".join(f"{k} {v:.2e}" for k, v in errors.items()) + f"  kernels {kernels}",
+                  flush=True)
+            del fp16_plan, fp8_plan, fp8_replay
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "fp8_blocks.json"), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "ge2": ge2.library_version(), "command": "python3 bench/fp8_blocks.py " +
+                   " ".join(f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                            for k, v in vars(args).items()),
+                   "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+#include "support/fp8_layer.hpp"
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace ge2::test {
+namespace {
+
+// The 127 non-negative finite e4m3 values in code order (ascending): exponent
+// field e, mantissa field m, bias 7; e = 0 is subnormal; code 0x7f is NaN.
+std::array<double, 127> e4m3_values() {
+  std::array<double, 127> values{};
+  for (int code = 0; code < 127; ++code) {
+    const int e = code >> 3, m = code & 7;
+    values[static_cast<std::size_t>(code)] =
+        e == 0 ? m * std::ldexp(1.0, -9) : (1.0 + m / 8.0) * std::ldexp(1.0, e - 7);
+  }
+  return values;
+}
+
+// Per-tensor e4m3 rounding of `values` (the logical elements, row-major) as ge2
+// documents it: x * (448 / amax) in float, rounded; returns amax / 448.
+double round_tensor(std::vector<double>& values) {
+  float amax = 0.0f;
+  for (double v : values) amax = std::max(amax, static_cast<float>(std::fabs(v)));
+  const float multiplier = amax == 0.0f ? 1.0f : 448.0f / amax;
+  for (double& v : values) v = round_to_e4m3_oracle(static_cast<float>(v) * multiplier);
+  return amax == 0.0f ? 1.0 : static_cast<double>(amax) / 448.0;
+}
+
+std::vector<double> logical(const HostTensor& t, std::int64_t rows) {
+  std::vector<double> out;
+  out.reserve(static_cast<std::size_t>(rows * t.shape[1]));
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < t.shape[1]; ++j) out.push_back(t.get(t.offset(0, i, j)));
+  return out;
+}
+
+}  // namespace
+
+double round_to_e4m3_oracle(double value) {
+  static const std::array<double, 127> values = e4m3_values();
+  if (std::isnan(value)) return value;
+  const double magnitude = std::min(std::fabs(value), 448.0);
+  const auto upper = std::lower_bound(values.begin(), values.end(), magnitude);
+  double rounded = *upper;
+  if (upper != values.begin() && *upper != magnitude) {
+    const auto lower = upper - 1;
+    const double below = magnitude - *lower, above = *upper - magnitude;
+    // A tie goes to the even code (mantissa field's last bit 0).
+    const bool lower_even = ((lower - values.begin()) & 1) == 0;
+    rounded = below < above || (below == above && lower_even) ? *lower : *upper;
+  }
+  return std::signbit(value) ? -rounded : rounded;
+}
+
+std::string Fp8LayerCase::label() const {
+  static const char* dtypes[] = {"?", "f16", "bf16", "f32"};
+  return fmt::format(
+      "fp8 layer {} {}x{}x{} act={} residual={} weight_input={} dynamic={} "
+      "allow_fp8={} max_error={} outlier={} replay={}",
+      dtypes[dtype], m, n, k, static_cast<int>(act), residual, weight_input, dynamic, allow_fp8,
+      max_error, weight_outlier, graph_replay);
+}
+
+Fp8Layer::Fp8Layer(ge2_context_t* context, const Fp8LayerCase& layer_case)
+    : c(layer_case), w(make_tensor(c.dtype, {c.n, c.k})), bias(make_tensor(c.dtype, {c.n})) {
+  INFO(c.label());
+  const double bound = 1.0 / std::sqrt(static_cast<double>(c.k));
+  fill_random(w, -bound, bound);
+  if (c.weight_outlier != 1.0) w.set(w.offset(0, 0, 0), c.weight_outlier * bound);
+  fill_random(bias, -0.5, 0.5);
+  GraphPtr graph = make_graph();
+  const HostTensor x_shape = make_tensor(c.dtype, {c.m, c.k});
+  const ge2_tensor_desc_t dx = x_shape.desc(), dw = w.desc(), dbias = bias.desc();
+  ge2_value_t vx, vw, vbias, vy;
+  GE2_CHECK(c.dynamic ? ge2_graph_add_dynamic_input(graph.get(), "x", &dx, &vx)
+                      : ge2_graph_add_input(graph.get(), "x", &dx, &vx));
+  GE2_CHECK(c.weight_input ? ge2_graph_add_input(graph.get(), "w", &dw, &vw)
+                           : ge2_graph_add_constant(graph.get(), "w", &dw, w.data(), &vw));
+  GE2_CHECK(ge2_graph_add_constant(graph.get(), "bias", &dbias, bias.data(), &vbias));
+  ge2_gemm_attrs_t attrs;
+  GE2_CHECK(ge2_gemm_attrs_init(&attrs));
+  attrs.trans_b = 1;
+  GE2_CHECK(ge2_graph_add_gemm_bias_act(graph.get(), vx, vw, vbias, &attrs, c.act, &vy));
+  if (c.residual) {
+    const HostTensor r_shape = make_tensor(c.dtype, {c.m, c.n});
+    const ge2_tensor_desc_t dr = r_shape.desc();
+    ge2_value_t vr;
+    GE2_CHECK(c.dynamic ? ge2_graph_add_dynamic_input(graph.get(), "r", &dr, &vr)
+                        : ge2_graph_add_input(graph.get(), "r", &dr, &vr));
+    GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_ADD, vy, vr, &vy));
+  }
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), vy, "y", nullptr));
+  ge2_compile_options_t options;
+  GE2_CHECK(ge2_compile_options_init(&options));
+  options.allow_fp8 = c.allow_fp8;
+  options.fp8_max_error = c.max_error;
+  options.force_kernel = c.force_kernel;
+  options.graph_replay = c.graph_replay;
+  ge2_plan_t* raw = nullptr;
+  GE2_CHECK(ge2_plan_compile(context, graph.get(), &options, &raw));
+  plan.reset(raw);
+  const char* text = nullptr;
+  GE2_CHECK(ge2_plan_describe(plan.get(), &text));
+  plan_json = text;
+}
+
+Fp8Layer::Errors Fp8Layer::run(Memory& memory, std::int64_t rows) {
+  INFO(c.label(), " rows=", rows);
+  HostTensor x = make_tensor(c.dtype, {rows, c.k}), r = make_tensor(c.dtype, {rows, c.n});
+  HostTensor y = make_tensor(c.dtype, {rows, c.n});
+  if (c.fill_x) {
+    c.fill_x(x);
+    c.fill_x(r);
+  } else {
+    fill_random(x);
+    fill_random(r);
+  }
+  poison(y);
+  void* y_data = memory.upload(y);
+  std::vector<ge2_binding_t> bindings{{"x", memory.upload(x)}, {"y", y_data}};
+  if (c.weight_input) bindings.push_back({"w", memory.upload(w)});
+  if (c.residual) bindings.push_back({"r", memory.upload(r)});
+  GE2_CHECK(c.dynamic
+                ? ge2_plan_execute_dynamic(plan.get(), rows, bindings.data(), bindings.size(),
+                                           memory.stream())
+                : ge2_plan_execute(plan.get(), bindings.data(), bindings.size(), memory.stream()));
+  memory.download(y_data, y);
+
+  // fp64 layers on the original and on the e4m3-rounded operands.
+  std::vector<double> xs = logical(x, rows), ws = logical(w, c.n);
+  std::vector<double> xq = xs, wq = ws;
+  const double scale = round_tensor(xq) * round_tensor(wq);
+  auto layer = [&](const std::vector<double>& a, const std::vector<double>& b, double factor) {
+    std::vector<double> out(static_cast<std::size_t>(rows * c.n));
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < c.n; ++j) {
+        double sum = 0;
+        for (std::int64_t kk = 0; kk < c.k; ++kk)
+          sum +=
+              a[static_cast<std::size_t>(i * c.k + kk)] * b[static_cast<std::size_t>(j * c.k + kk)];
+        double value = activation_ref(c.act, sum * factor + bias.get(j));
+        if (c.residual) value += r.get(r.offset(0, i, j));
+        out[static_cast<std::size_t>(i * c.n + j)] = value;
+      }
+    return out;
+  };
+  return {relative_error(y, layer(xs, ws, 1.0)), relative_error(y, layer(xq, wq, scale))};
+}
+
+}  // namespace ge2::test

@@ -1,0 +1,55 @@
+// One nn.Linear layer compiled under the FP8 precision policy, and its two
+// oracles: the fp64 layer, and the fp64 layer on operands rounded to e4m3 through
+// per-tensor scales by the test's own rounding (nearest of the format's values,
+// ties to the even code), which is what docs/fp8.md says ge2 computes.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "support/api_helpers.hpp"
+
+namespace ge2::test {
+
+// x [m, k] (an input, dynamic up to m when `dynamic`), w [n, k] (a constant unless
+// `weight_input`), bias [n] constant; y = act(x wᵀ + bias) (+ r, an input [m, n]).
+struct Fp8LayerCase {
+  ge2_dtype_t dtype = GE2_DTYPE_F16;
+  std::int64_t m = 8, n = 16, k = 32;
+  ge2_activation_t act = GE2_ACT_NONE;
+  bool residual = false;
+  bool weight_input = false;
+  bool dynamic = false;
+  bool allow_fp8 = true;
+  float max_error = 0.1f;
+  const char* force_kernel = nullptr;
+  bool graph_replay = false;
+  // Fills x (and r); uniform in [-1, 1) when empty.
+  std::function<void(HostTensor&)> fill_x;
+  // w's element (0, 0) becomes this many times the others' bound: an outlier a
+  // per-tensor scale cannot hold together with the rest (1 leaves w alone).
+  double weight_outlier = 1.0;
+  std::string label() const;
+};
+
+struct Fp8Layer {
+  Fp8Layer(ge2_context_t* context, const Fp8LayerCase& c);
+  // Runs at `rows` (<= m; only a dynamic layer takes fewer) on fresh x and r.
+  // Returns y's relative error against the fp64 layer and against the fp64 layer
+  // on e4m3-rounded operands.
+  struct Errors {
+    double vs_fp64 = 0, vs_e4m3_reference = 0;
+  };
+  Errors run(Memory& memory, std::int64_t rows);
+
+  Fp8LayerCase c;
+  HostTensor w, bias;
+  PlanPtr plan;
+  std::string plan_json;
+};
+
+// The test's own e4m3 rounding with saturation at +-448 (not ge2's).
+double round_to_e4m3_oracle(double value);
+
+}  // namespace ge2::test

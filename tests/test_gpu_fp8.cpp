@@ -1,0 +1,170 @@
+// GPU tests of the FP8 precision policy (lt_fp8_e4m3): every dtype x activation x
+// residual x weight kind on sizes with partial tiles, against fp64 and against
+// fp64 on e4m3-rounded operands (the test's own rounding); the model's choice
+// and the accuracy gate's fallback at a size where FP8 pays; dynamic extents,
+// graph replay, and activations that are zero, all equal, huge or denormal.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#ifdef GE2_TEST_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "support/fp8_layer.hpp"
+#include "support/gpu_helpers.hpp"
+
+using namespace ge2::test;
+
+namespace {
+
+constexpr double kFp8Bound = 0.06;  // as in test_fp8.cpp: docs/fp8.md
+
+bool fp8_device() {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major * 10 + minor >= 89;
+}
+
+nlohmann::json plan_of(const Fp8Layer& layer) { return nlohmann::json::parse(layer.plan_json); }
+
+std::string step_kernel(const Fp8Layer& layer) {
+  const auto plan = plan_of(layer);
+  for (const auto& step : plan.at("steps"))
+    if (step.contains("selection")) return step.at("kernel").at("name");
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("gpu fp8: lt_fp8_e4m3 layers against fp64 and the e4m3 oracle") {
+  if (!fp8_device()) {
+    std::printf("SKIPPED: gpu fp8 cases need compute capability 8.9 or later\n");
+    return;
+  }
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  struct Size {
+    std::int64_t m, n, k;
+  };
+  const Size sizes[] = {
+      {1, 64, 16}, {17, 200, 48}, {100, 64, 1024}, {256, 1024, 256}, {1000, 136, 64}};
+  int runs = 0;
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
+    for (const Size& size : sizes)
+      for (ge2_activation_t act :
+           {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_SILU})
+        for (int variant = 0; variant < 3; ++variant) {
+          Fp8LayerCase c{.dtype = dtype,
+                         .m = size.m,
+                         .n = size.n,
+                         .k = size.k,
+                         .act = act,
+                         .residual = variant == 1,
+                         .weight_input = variant == 2,
+                         .force_kernel = "lt_fp8_e4m3"};
+          INFO(c.label());
+          Fp8Layer layer(context.get(), c);
+          CHECK(step_kernel(layer) == "lt_fp8_e4m3");
+          CHECK(plan_of(layer).at("fp8").at("layers").at(0).at("decision") == "kept");
+          const Fp8Layer::Errors errors = layer.run(memory, c.m);
+          CHECK(errors.vs_e4m3_reference <= tolerance(dtype));
+          CHECK(errors.vs_fp64 <= kFp8Bound);
+          ++runs;
+        }
+  MESSAGE("fp8 layers run: " << runs);
+}
+
+TEST_CASE(
+    "gpu fp8: the model picks FP8 where it pays, and the gate takes it back from an outlier") {
+  if (!fp8_device()) {
+    std::printf("SKIPPED: gpu fp8 cases need compute capability 8.9 or later\n");
+    return;
+  }
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  // Dynamic up to 4096 tokens: the largest bucket is a 4096 x 4096 x 4096 GEMM.
+  Fp8LayerCase c{.dtype = GE2_DTYPE_F16,
+                 .m = 4096,
+                 .n = 4096,
+                 .k = 4096,
+                 .act = GE2_ACT_GELU_ERF,
+                 .dynamic = true};
+  Fp8Layer layer(context.get(), c);
+  const auto plan = plan_of(layer);
+  CHECK(plan.at("dynamic").at("buckets").back().at("gemms").at(0).at("kernel") == "lt_fp8_e4m3");
+  const auto gate = plan.at("fp8").at("layers").at(0);
+  CHECK(gate.at("decision") == "kept");
+  MESSAGE("gate error " << gate.at("relative_error") << " against " << gate.at("compared_with"));
+  CHECK(gate.at("relative_error").get<double>() < kFp8Bound);
+  // The fp64 reference costs rows x 16M multiply-adds on the host: a few rows.
+  for (std::int64_t rows : {2, 64}) CHECK(layer.run(memory, rows).vs_fp64 <= kFp8Bound);
+
+  Fp8LayerCase outlier = c;
+  outlier.weight_outlier = 1e5;
+  Fp8Layer fallback(context.get(), outlier);
+  const auto fallback_plan = plan_of(fallback);
+  const auto refused = fallback_plan.at("fp8").at("layers").at(0);
+  CHECK(refused.at("decision").get<std::string>().rfind("fallback to ", 0) == 0);
+  for (const auto& bucket : fallback_plan.at("dynamic").at("buckets"))
+    CHECK(bucket.at("gemms").at(0).at("kernel") != "lt_fp8_e4m3");
+  CHECK(fallback.run(memory, 64).vs_fp64 <= gpu_tolerance(c.dtype, nullptr));
+}
+
+TEST_CASE("gpu fp8: dynamic extents, graph replay and special activations") {
+  if (!fp8_device()) {
+    std::printf("SKIPPED: gpu fp8 cases need compute capability 8.9 or later\n");
+    return;
+  }
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  for (bool replay : {false, true}) {
+    Fp8LayerCase c{.dtype = GE2_DTYPE_BF16,
+                   .m = 700,
+                   .n = 256,
+                   .k = 128,
+                   .act = GE2_ACT_SILU,
+                   .residual = true,
+                   .dynamic = true,
+                   .force_kernel = "lt_fp8_e4m3",
+                   .graph_replay = replay};
+    Fp8Layer layer(context.get(), c);
+    for (std::int64_t rows : {1, 3, 64, 257, 700, 64, 700}) {
+      const Fp8Layer::Errors errors = layer.run(memory, rows);
+      CHECK(errors.vs_e4m3_reference <= tolerance(c.dtype));
+      CHECK(errors.vs_fp64 <= kFp8Bound);
+    }
+  }
+  struct Fill {
+    const char* name;
+    std::function<void(HostTensor&)> fill;
+  };
+  const Fill fills[] = {
+      {"zeros",
+       [](HostTensor& t) {
+         for (std::int64_t i = 0; i < t.span(); ++i) t.set(i, 0.0);
+       }},
+      {"all equal",
+       [](HostTensor& t) {
+         for (std::int64_t i = 0; i < t.span(); ++i) t.set(i, -2.5);
+       }},
+      {"huge", [](HostTensor& t) { fill_random(t, -2e4, 2e4); }},
+      {"denormal", [](HostTensor& t) { fill_random(t, -5e-5, 5e-5); }},
+  };
+  for (const Fill& fill : fills) {
+    INFO(std::string(fill.name));
+    Fp8LayerCase c{.dtype = GE2_DTYPE_F16,
+                   .m = 33,
+                   .n = 64,
+                   .k = 64,
+                   .force_kernel = "lt_fp8_e4m3",
+                   .fill_x = fill.fill};
+    Fp8Layer layer(context.get(), c);
+    const Fp8Layer::Errors errors = layer.run(memory, c.m);
+    CHECK(errors.vs_e4m3_reference <= tolerance(c.dtype));
+    CHECK(errors.vs_fp64 <= kFp8Bound);
+  }
+}
+#endif  // GE2_TEST_WITH_CUDA
