@@ -52,28 +52,29 @@ TEST_CASE("gpu fp8: lt_fp8_e4m3 layers against fp64 and the e4m3 oracle") {
   const Size sizes[] = {
       {1, 64, 16}, {17, 200, 48}, {100, 64, 1024}, {256, 1024, 256}, {1000, 136, 64}};
   int runs = 0;
-  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
-    for (const Size& size : sizes)
-      for (ge2_activation_t act :
-           {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_SILU})
-        for (int variant = 0; variant < 3; ++variant) {
-          Fp8LayerCase c{.dtype = dtype,
-                         .m = size.m,
-                         .n = size.n,
-                         .k = size.k,
-                         .act = act,
-                         .residual = variant == 1,
-                         .weight_input = variant == 2,
-                         .force_kernel = "lt_fp8_e4m3"};
-          INFO(c.label());
-          Fp8Layer layer(context.get(), c);
-          CHECK(step_kernel(layer) == "lt_fp8_e4m3");
-          CHECK(plan_of(layer).at("fp8").at("layers").at(0).at("decision") == "kept");
-          const Fp8Layer::Errors errors = layer.run(memory, c.m);
-          CHECK(errors.vs_e4m3_reference <= tolerance(dtype));
-          CHECK(errors.vs_fp64 <= kFp8Bound);
-          ++runs;
-        }
+  for (const char* kernel : {"lt_fp8_e4m3", "lt_fp8_e4m3_fast"})
+    for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
+      for (const Size& size : sizes)
+        for (ge2_activation_t act :
+             {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_SILU})
+          for (int variant = 0; variant < 3; ++variant) {
+            Fp8LayerCase c{.dtype = dtype,
+                           .m = size.m,
+                           .n = size.n,
+                           .k = size.k,
+                           .act = act,
+                           .residual = variant == 1,
+                           .weight_input = variant == 2,
+                           .force_kernel = kernel};
+            INFO(c.label(), " ", kernel);
+            Fp8Layer layer(context.get(), c);
+            CHECK(step_kernel(layer) == kernel);
+            CHECK(plan_of(layer).at("fp8").at("layers").at(0).at("decision") == "kept");
+            const Fp8Layer::Errors errors = layer.run(memory, c.m);
+            CHECK(errors.vs_e4m3_reference <= tolerance(dtype));
+            CHECK(errors.vs_fp64 <= kFp8Bound);
+            ++runs;
+          }
   MESSAGE("fp8 layers run: " << runs);
 }
 
@@ -94,7 +95,9 @@ TEST_CASE(
                  .dynamic = true};
   Fp8Layer layer(context.get(), c);
   const auto plan = plan_of(layer);
-  CHECK(plan.at("dynamic").at("buckets").back().at("gemms").at(0).at("kernel") == "lt_fp8_e4m3");
+  // Fast accumulation is rated faster and passes the gate on these weights.
+  CHECK(plan.at("dynamic").at("buckets").back().at("gemms").at(0).at("kernel") ==
+        "lt_fp8_e4m3_fast");
   const auto gate = plan.at("fp8").at("layers").at(0);
   CHECK(gate.at("decision") == "kept");
   MESSAGE("gate error " << gate.at("relative_error") << " against " << gate.at("compared_with"));
@@ -109,7 +112,14 @@ TEST_CASE(
   const auto refused = fallback_plan.at("fp8").at("layers").at(0);
   CHECK(refused.at("decision").get<std::string>().rfind("fallback to ", 0) == 0);
   for (const auto& bucket : fallback_plan.at("dynamic").at("buckets"))
-    CHECK(bucket.at("gemms").at(0).at("kernel") != "lt_fp8_e4m3");
+    CHECK(bucket.at("gemms").at(0).at("kernel").get<std::string>().rfind("lt_fp8", 0) ==
+          std::string::npos);
+  // Both FP8 rows were gated and refused, fast accumulation first.
+  const auto attempts = fallback_plan.at("fp8").at("layers");
+  REQUIRE(attempts.size() == 2);
+  CHECK(attempts[0].at("kernel") == "lt_fp8_e4m3_fast");
+  CHECK(attempts[0].at("decision") == "fallback to lt_fp8_e4m3");
+  CHECK(attempts[1].at("kernel") == "lt_fp8_e4m3");
   CHECK(fallback.run(memory, 64).vs_fp64 <= gpu_tolerance(c.dtype, nullptr));
 }
 

@@ -396,7 +396,7 @@ TEST_CASE("selector: allow_fp8 takes e4m3 where the model rates it faster, never
     return p;
   };
   auto s = select_gemm_kernel(weights(problem(DType::F16, 4096, 4096, 4096)), h200, fp8);
-  CHECK(s.kernel == KernelId::LtFp8E4M3);
+  CHECK(s.kernel == KernelId::LtFp8E4M3Fast);  // fast accumulation is rated faster
   CHECK(s.why.find("allow_fp8: estimated") != std::string::npos);
   CHECK(candidate(s, KernelId::LtFp8E4M3).reason.find("e4m3 quantization of A") !=
         std::string::npos);
@@ -422,8 +422,11 @@ TEST_CASE("selector: allow_fp8 takes e4m3 where the model rates it faster, never
   input_b.b_constant = false;
   s = select_gemm_kernel(input_b, h200, fp8);
   CHECK(candidate(s, KernelId::LtFp8E4M3).reason.find("of A and B") != std::string::npos);
-  // A refusal (the accuracy gate's) takes the 16-bit kernel back; forced, it is an error.
+  // Refusals (the accuracy gate's) take fp32 accumulation next, then the 16-bit
+  // kernel; forced, a refusal is an error.
   s = select_gemm_kernel(weights(problem(DType::F16, 4096, 4096, 4096)), h200, fp8);
+  refuse_and_reselect(s, weights(problem(DType::F16, 4096, 4096, 4096)), fp8, "gate (test)");
+  CHECK(s.kernel == KernelId::LtFp8E4M3);
   refuse_and_reselect(s, weights(problem(DType::F16, 4096, 4096, 4096)), fp8, "gate (test)");
   CHECK(s.kernel == KernelId::LtF16);
   SelectionPolicy forced = fp8;

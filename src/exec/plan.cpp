@@ -401,60 +401,69 @@ nlohmann::json Plan::apply_fp8_policy() {
   for (ValueId id = 0; id < graph_.size(); ++id) {
     const Node& node = graph_.node(id);
     if (!node.live || !node.is_gemm_family()) continue;
-    std::optional<KernelId> fp8;
-    for (const auto& [selections, extent] : lists)
-      if (is_fp8_kernel((*selections)[static_cast<std::size_t>(id)].kernel))
-        fp8 = (*selections)[static_cast<std::size_t>(id)].kernel;
-    if (!fp8) continue;
+    // The FP8 row chosen for this GEMM in any list, if any is left.
+    auto chosen_fp8 = [&]() -> std::optional<KernelId> {
+      for (const auto& [selections, extent] : lists)
+        if (is_fp8_kernel((*selections)[static_cast<std::size_t>(id)].kernel))
+          return (*selections)[static_cast<std::size_t>(id)].kernel;
+      return std::nullopt;
+    };
     // The gate and the scratch take the problem at the bound: the most rows.
     const GemmProblem problem = gemm_problem(graph_, node, storage_, id);
-    std::unique_ptr<Buffer> prepared;
-    if (const void* b = constant_data(node.b))
-      prepared = backend.prepare_gemm_weight(*fp8, problem, b);
-    const Fp8GateResult gate =
-        measure_fp8_error(backend, problem, *fp8, constant_data(node.b), constant_data(node.bias),
-                          prepared ? prepared->data() : nullptr, policy);
-    const bool kept = gate.worst_channel_error <= policy.fp8_max_error;
-    auto number = [](double value) {
-      return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json("not finite");
-    };
-    nlohmann::json layer{{"node", id},
-                         {"kernel", kernel_name(*fp8)},
-                         {"scales",
-                          "per-tensor (amax / 448): weights at compile, activations "
-                          "every execution"},
-                         {"calibration_rows", gate.rows},
-                         {"compared_with", kernel_name(gate.reference)},
-                         {"relative_error", number(gate.relative_error)},
-                         {"worst_channel_error", number(gate.worst_channel_error)},
-                         {"max_error", policy.fp8_max_error}};
-    if (kept) {
-      layer["decision"] = "kept";
-      if (prepared) b_prepared_slot_[id] = add_owned_slot(std::move(prepared));
-      for (const auto& [selections, extent] : lists) {
-        const Selection& selection = (*selections)[static_cast<std::size_t>(id)];
-        if (is_fp8_kernel(selection.kernel))
-          scratch_bytes = std::max(
-              scratch_bytes,
-              backend.gemm_scratch_bytes(selection.kernel, problem, b_prepared_slot_.contains(id)));
+    std::unique_ptr<Buffer> prepared;  // the constant B's e4m3 copy, made for the first FP8 row
+    bool kept = false;
+    // Each refusal takes the next candidate, which may be another FP8 row (fast
+    // accumulation first, then fp32 accumulation): gated in turn.
+    for (std::optional<KernelId> fp8 = chosen_fp8(); fp8 && !kept; fp8 = chosen_fp8()) {
+      if (const void* b = constant_data(node.b); b && !prepared)
+        prepared = backend.prepare_gemm_weight(*fp8, problem, b);
+      const Fp8GateResult gate =
+          measure_fp8_error(backend, problem, *fp8, constant_data(node.b), constant_data(node.bias),
+                            prepared ? prepared->data() : nullptr, policy);
+      kept = gate.worst_channel_error <= policy.fp8_max_error;
+      auto number = [](double value) {
+        return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json("not finite");
+      };
+      nlohmann::json layer{{"node", id},
+                           {"kernel", kernel_name(*fp8)},
+                           {"scales",
+                            "per-tensor (amax / 448): weights at compile, activations "
+                            "every execution"},
+                           {"calibration_rows", gate.rows},
+                           {"compared_with", kernel_name(gate.reference)},
+                           {"relative_error", number(gate.relative_error)},
+                           {"worst_channel_error", number(gate.worst_channel_error)},
+                           {"max_error", policy.fp8_max_error}};
+      if (kept) {
+        layer["decision"] = "kept";
+      } else {
+        const std::string refusal = fmt::format(
+            "FP8 accuracy gate: relative error {:.4g} in the worst output channel "
+            "against {} exceeds max_error {:.4g} (layer {:.4g})",
+            gate.worst_channel_error, kernel_name(gate.reference), policy.fp8_max_error,
+            gate.relative_error);
+        for (const auto& [selections, extent] : lists) {
+          Selection& selection = (*selections)[static_cast<std::size_t>(id)];
+          if (selection.kernel != *fp8) continue;
+          refuse_and_reselect(selection,
+                              gemm_problem(graph_, node, storage_at(storage_, extent), id), policy,
+                              refusal);
+        }
+        layer["decision"] =
+            fmt::format("fallback to {}",
+                        kernel_name(lists.back().first->at(static_cast<std::size_t>(id)).kernel));
       }
-    } else {
-      const std::string refusal = fmt::format(
-          "FP8 accuracy gate: relative error {:.4g} in the worst output channel "
-          "against {} exceeds max_error {:.4g} (layer {:.4g})",
-          gate.worst_channel_error, kernel_name(gate.reference), policy.fp8_max_error,
-          gate.relative_error);
-      for (const auto& [selections, extent] : lists) {
-        Selection& selection = (*selections)[static_cast<std::size_t>(id)];
-        if (!is_fp8_kernel(selection.kernel)) continue;
-        refuse_and_reselect(selection, gemm_problem(graph_, node, storage_at(storage_, extent), id),
-                            policy, refusal);
-      }
-      layer["decision"] =
-          fmt::format("fallback to {}",
-                      kernel_name(lists.back().first->at(static_cast<std::size_t>(id)).kernel));
+      layers.push_back(layer);
     }
-    layers.push_back(layer);
+    if (!kept) continue;
+    if (prepared) b_prepared_slot_[id] = add_owned_slot(std::move(prepared));
+    for (const auto& [selections, extent] : lists) {
+      const Selection& selection = (*selections)[static_cast<std::size_t>(id)];
+      if (is_fp8_kernel(selection.kernel))
+        scratch_bytes = std::max(
+            scratch_bytes,
+            backend.gemm_scratch_bytes(selection.kernel, problem, b_prepared_slot_.contains(id)));
+    }
   }
   if (scratch_bytes > 0) scratch_slot_ = add_owned_slot(backend.allocate(scratch_bytes));
   return {{"allow_fp8", true},

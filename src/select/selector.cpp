@@ -78,14 +78,14 @@ double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& devi
   const double bandwidth = device.memory_bandwidth_gbs > 0 ? device.memory_bandwidth_gbs : 100.0;
   const double memory_us = p.min_bytes() / (bandwidth * 1e3 * model.bandwidth_fraction);
   double total = model.launch_us + std::max(compute_us, memory_us);
-  if (kernel == KernelId::LtFp8E4M3) {
+  if (is_cublaslt_fp8_kernel(kernel)) {
     // Quantizing op(A) (and a B that is not a constant) reads it twice (amax,
     // then convert) and writes one byte per element.
     const double elements = static_cast<double>(p.m) * p.k + (p.b_constant ? 0.0 : 1.0 * p.k * p.n);
     total += elements * (2.0 * dtype_size(p.dtype) + 1.0) / (bandwidth * 1e3 * 0.6);
     basis += ", + e4m3 quantization of " + std::string(p.b_constant ? "A" : "A and B");
   }
-  const bool lt_epilogue = is_cublaslt_kernel(kernel) || kernel == KernelId::LtFp8E4M3;
+  const bool lt_epilogue = is_cublaslt_kernel(kernel) || is_cublaslt_fp8_kernel(kernel);
   if (lt_epilogue && activation_info(p.act).cublaslt == LtEpilogue::kNone) {
     // No cuBLASLt epilogue computes it (erf GELU, SiLU): one more pass over D.
     const double d_bytes = 2.0 * static_cast<double>(p.m) * p.n * p.batch * dtype_size(p.dtype);

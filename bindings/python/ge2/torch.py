@@ -485,14 +485,16 @@ class Ge2Module(torch.nn.Module):
     its device."""
 
     def __init__(self, recipe: _Recipe, name: str, tune: str, graph_replay: bool, fuse: bool, allow_tf32: bool,
-                 max_plans: int, dynamic: bool, max_tokens: int):
+                 max_plans: int, dynamic: bool, max_tokens: int, allow_fp8: bool = False,
+                 fp8_max_error: float = 0.1):
         super().__init__()
         self._recipe = recipe
         self._name = name
         self.in_features = recipe.in_features
         self.out_features = recipe.width[recipe.output]
         self.dtype = next(iter(recipe.constants.values())).dtype
-        self._options = dict(fuse=fuse, allow_tf32=allow_tf32, graph_replay=graph_replay)
+        self._options = dict(fuse=fuse, allow_tf32=allow_tf32, graph_replay=graph_replay, allow_fp8=allow_fp8,
+                             fp8_max_error=fp8_max_error)
         self._tune = tune
         self._max_plans = max_plans
         self._dynamic = dynamic
@@ -569,14 +571,16 @@ class Ge2Module(torch.nn.Module):
 
 
 def convert(module: torch.nn.Module, *, tune: str = "cached", graph_replay: bool = False, fuse: bool = True,
-            allow_tf32: bool = False, dynamic: bool = True, max_tokens: int = 64, max_plans: int = 8) -> Ge2Module:
+            allow_tf32: bool = False, dynamic: bool = True, max_tokens: int = 64, max_plans: int = 8,
+            allow_fp8: bool = False, fp8_max_error: float = 0.1) -> Ge2Module:
     """An nn.Module computing what `module` computes, through ge2: `module` is traced with torch.fx
     (nn.Sequential, an FFN block's forward with residual adds, the gated form
     `down(act(gate(x)) * up(x))`) and its parameters copied to host memory now; each plan
     compiled from them holds them as constants, so later changes to `module`'s weights are not
     seen (convert again). tune: 'cached' (the
     process's shared contexts), 'off' or 'tune' (a context of that mode for this module);
-    graph_replay, fuse, allow_tf32: the compile options. dynamic: one plan per device runs every
+    graph_replay, fuse, allow_tf32, allow_fp8, fp8_max_error: the compile options (allow_fp8: FP8
+    e4m3 GEMMs where faster, each kept only within its measured error, docs/fp8.md). dynamic: one plan per device runs every
     token count (its intermediates sized for a bound of at least max_tokens, doubled when a larger
     count comes; kernels chosen per bucket of counts, see ge2_plan_execute_dynamic); False: one
     plan per token count, the max_plans most recent kept. Raises ge2.InvalidArgumentError naming
@@ -587,5 +591,6 @@ def convert(module: torch.nn.Module, *, tune: str = "cached", graph_replay: bool
     ge2._checks.choice(tune, ge2._capi.TUNE_MODES, "tune", f)
     max_plans = ge2._checks.integer(max_plans, "max_plans", f, 1, 1 << 16)
     max_tokens = ge2._checks.integer(max_tokens, "max_tokens", f, 1, 1 << 31)
+    fp8_max_error = ge2._checks.real(fp8_max_error, "fp8_max_error", f)
     return Ge2Module(_trace(module), type(module).__name__, tune, bool(graph_replay), bool(fuse), bool(allow_tf32),
-                     max_plans, bool(dynamic), max_tokens)
+                     max_plans, bool(dynamic), max_tokens, bool(allow_fp8), fp8_max_error)

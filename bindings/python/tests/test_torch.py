@@ -341,3 +341,21 @@ def test_cuda_graph_capture_of_a_converted_module():
         graph.replay()
         torch.cuda.synchronize()
         assert rel_error(static_y, reference(module, static_x)) <= BOUNDS[torch.float16]
+
+
+@pytest.mark.parametrize("device", devices())
+def test_convert_with_allow_fp8_stays_within_the_fp8_bound(device):
+    # K = 64 (a multiple of 16): the FP8 rows can run it; on the CPU cpu_fp8_ref is rated faster,
+    # on the GPU the model keeps 16 bits at these sizes. Either way the result is within e4m3's bound.
+    module = fresh(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64)),
+                   torch.float16, device)
+    converted = gt.convert(module, allow_fp8=True, dynamic=False)
+    x = torch.randn(40, 64, device=device).to(torch.float16)
+    with torch.no_grad():
+        y = converted(x)
+    error = rel_error(y, reference(module, x))
+    assert error <= 0.06
+    if device == "cpu":
+        assert error > 1e-3  # the layers really ran on e4m3 operands
+    with pytest.raises(TypeError):
+        gt.convert(module, allow_fp8=True, fp8_max_error="loose")

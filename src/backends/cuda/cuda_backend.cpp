@@ -127,9 +127,9 @@ class CudaBackend final : public Backend {
     GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
     require(kernel_info(kernel).family != KernelFamily::CpuReference, GE2_ERROR_UNSUPPORTED,
             "the CUDA backend cannot run kernel '{}'", kernel_name(kernel));
-    if (kernel == KernelId::LtFp8E4M3)
+    if (is_cublaslt_fp8_kernel(kernel))
       return make_fp8_gemm_step(
-          lt_.get(), problem, slots, *chooser_, device_.sm_count,
+          lt_.get(), problem, kernel, slots, *chooser_, device_.sm_count,
           make_lt_gemm_step(lt_.get(), problem, cublaslt_kernel_for(problem.dtype), slots,
                             *chooser_, tune));
     if (kernel == KernelId::CudaF32) return make_fallback_gemm_step(problem, slots);
@@ -158,11 +158,11 @@ class CudaBackend final : public Backend {
   }
   std::size_t gemm_scratch_bytes(KernelId kernel, const GemmProblem& problem,
                                  bool b_prepared) const override {
-    return kernel == KernelId::LtFp8E4M3 ? fp8_scratch_bytes(problem, b_prepared) : 0;
+    return is_cublaslt_fp8_kernel(kernel) ? fp8_scratch_bytes(problem, b_prepared) : 0;
   }
   std::unique_ptr<Buffer> prepare_gemm_weight(KernelId kernel, const GemmProblem& problem,
                                               const void* b) override {
-    if (kernel != KernelId::LtFp8E4M3) return nullptr;
+    if (!is_cublaslt_fp8_kernel(kernel)) return nullptr;
     GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
     auto buffer = std::make_unique<DeviceBufferHolder>(fp8_weight_bytes(problem));
     prepare_fp8_weight(problem, b, buffer->data(), device_.sm_count);

@@ -52,13 +52,15 @@ std::uint8_t* after_scales(void* block) {
 
 class Fp8GemmStep final : public Step {
  public:
-  Fp8GemmStep(cublasLtHandle_t handle, const GemmProblem& problem, const GemmSlots& slots,
-              AlgoChooser& chooser, int sm_count, std::unique_ptr<Step> unaligned_fallback)
+  Fp8GemmStep(cublasLtHandle_t handle, const GemmProblem& problem, KernelId kernel,
+              const GemmSlots& slots, AlgoChooser& chooser, int sm_count,
+              std::unique_ptr<Step> unaligned_fallback)
       : problem_(fold_batch_into_m(problem)),
+        kernel_(kernel),
         folded_(problem_.batch != problem.batch),
         slots_(slots),
         sm_count_(sm_count),
-        matmul_(handle, quantized_problem(problem_), KernelId::LtFp8E4M3),
+        matmul_(handle, quantized_problem(problem_), kernel),
         fallback_(std::move(unaligned_fallback)) {
     const std::string layout = fp8_layout_problem(problem_);
     require(layout.empty(), GE2_ERROR_UNSUPPORTED, "{}", layout);
@@ -111,24 +113,27 @@ class Fp8GemmStep final : public Step {
   }
 
   nlohmann::json describe() const override {
-    nlohmann::json j{{"name", kernel_name(KernelId::LtFp8E4M3)},
-                     {"family", "cublaslt_fp8"},
-                     {"epilogue", matmul_.epilogue_name()},
-                     {"separate_activation_kernel", matmul_.needs_separate_activation()},
-                     {"algo", choice_.config.to_json()},
-                     {"algo_source", choice_.source},
-                     {"scales", "per-tensor, amax / 448"},
-                     {"a_quantized", "every execution (amax pass, convert pass)"},
-                     {"b_quantized", slots_.b_prepared >= 0 ? "once, at compile (constant weight)"
-                                                            : "every execution"},
-                     {"accumulate", "fp32"},
-                     {"unaligned_pointers_run", fallback_->describe().value("name", "")}};
+    nlohmann::json j{
+        {"name", kernel_name(kernel_)},
+        {"family", "cublaslt_fp8"},
+        {"epilogue", matmul_.epilogue_name()},
+        {"separate_activation_kernel", matmul_.needs_separate_activation()},
+        {"algo", choice_.config.to_json()},
+        {"algo_source", choice_.source},
+        {"scales", "per-tensor, amax / 448"},
+        {"a_quantized", "every execution (amax pass, convert pass)"},
+        {"b_quantized",
+         slots_.b_prepared >= 0 ? "once, at compile (constant weight)" : "every execution"},
+        {"accumulate",
+         kernel_ == KernelId::LtFp8E4M3Fast ? "fast (CUBLASLT_MATMUL_DESC_FAST_ACCUM)" : "fp32"},
+        {"unaligned_pointers_run", fallback_->describe().value("name", "")}};
     if (folded_) j["batch_folded_into_m"] = problem_.m;
     return j;
   }
 
  private:
   GemmProblem problem_;
+  KernelId kernel_;
   bool folded_;
   GemmSlots slots_;
   int sm_count_;
@@ -149,9 +154,10 @@ void prepare_fp8_weight(const GemmProblem& problem, const void* b, void* prepare
 }
 
 std::unique_ptr<Step> make_fp8_gemm_step(cublasLtHandle_t handle, const GemmProblem& problem,
-                                         const GemmSlots& slots, AlgoChooser& chooser, int sm_count,
+                                         KernelId kernel, const GemmSlots& slots,
+                                         AlgoChooser& chooser, int sm_count,
                                          std::unique_ptr<Step> unaligned_fallback) {
-  return std::make_unique<Fp8GemmStep>(handle, problem, slots, chooser, sm_count,
+  return std::make_unique<Fp8GemmStep>(handle, problem, kernel, slots, chooser, sm_count,
                                        std::move(unaligned_fallback));
 }
 

@@ -121,6 +121,11 @@ LtMatmul::LtMatmul(cublasLtHandle_t handle, const GemmProblem& p, KernelId kerne
   // lt_fp8_e4m3 multiplies ge2's e4m3 copies of the operands (TN: both K-contiguous,
   // which fp8_gemm_step.cpp lays out); C, D and the bias keep the problem's dtype.
   const cudaDataType_t operand_type = is_fp8_kernel(kernel) ? CUDA_R_8F_E4M3 : type;
+  if (kernel == KernelId::LtFp8E4M3Fast) {
+    const std::int8_t fast = 1;
+    GE2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_.get(), CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                                                    &fast, sizeof(fast)));
+  }
   layout_first_ = batched_layout(operand_type, b, p.batch, p.b.batch_stride);
   layout_second_ = batched_layout(operand_type, a, p.batch, p.a.batch_stride);
   const ColumnMajor d = row_major_output(p.d, "D");
