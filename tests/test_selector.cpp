@@ -403,7 +403,7 @@ TEST_CASE("selector: allow_fp8 takes e4m3 where the model rates it faster, never
   // Decode sizes and small problems stay 16-bit, with the FP8 estimate in the reason.
   s = select_gemm_kernel(weights(problem(DType::BF16, 16, 4096, 4096)), h200, fp8);
   CHECK(s.kernel != KernelId::LtFp8E4M3);
-  CHECK(s.why.find("lt_fp8_e4m3 estimated slower") != std::string::npos);
+  CHECK(s.why.find("lt_fp8_e4m3_fast estimated slower") != std::string::npos);
   // Without the policy, on f32, with K not a multiple of 16, or before compute capability 8.9: no
   // FP8.
   s = select_gemm_kernel(weights(problem(DType::F16, 4096, 4096, 4096)), h200, {});

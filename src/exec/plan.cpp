@@ -326,6 +326,14 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
   auto slot_for = [&](ValueId v) {
     return v == kNoValue ? -1 : slot_of_[static_cast<std::size_t>(v)];
   };
+  // Each GEMM's kernel as chosen for this list, then as its step was built; and
+  // whether its step writes its output's amax (the FP8 amax hand-off).
+  std::vector<KernelId> kernels(static_cast<std::size_t>(graph_.size()), KernelId::CpuRef);
+  if (chosen)
+    for (ValueId id = 0; id < graph_.size(); ++id)
+      if (graph_.node(id).live && graph_.node(id).is_gemm_family())
+        kernels[static_cast<std::size_t>(id)] = (*chosen)[static_cast<std::size_t>(id)].kernel;
+  std::vector<bool> writes_amax(static_cast<std::size_t>(graph_.size()), false);
   for (ValueId id = 0; id < graph_.size(); ++id) {
     const Node& node = graph_.node(id);
     if (!node.live || node.is_source()) continue;
@@ -340,13 +348,21 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
                                    : select_gemm_kernel(problem, device, options_.policy, measured,
                                                         backend.gemm_kernels());
       const auto prepared = b_prepared_slot_.find(id);
-      const GemmSlots slots{slot_for(node.a),
-                            slot_for(node.b),
-                            slot_for(node.c),
-                            slot_for(node.bias),
-                            slot,
-                            scratch_slot_,
-                            prepared == b_prepared_slot_.end() ? -1 : prepared->second};
+      GemmSlots slots{slot_for(node.a),
+                      slot_for(node.b),
+                      slot_for(node.c),
+                      slot_for(node.bias),
+                      slot,
+                      scratch_slot_,
+                      prepared == b_prepared_slot_.end() ? -1 : prepared->second};
+      // The FP8 amax hand-off: this GEMM measures its output for a later FP8 GEMM
+      // that reads it as A; it reads its own A's amax only from a producer whose
+      // step was built to write it, never on a producer the backend refused.
+      for (ValueId consumer = id + 1; consumer < graph_.size(); ++consumer)
+        if (amax_handoff(id, consumer, kernels)) slots.amax_out = amax_slot_.at(id);
+      if (node.a != kNoValue && writes_amax[static_cast<std::size_t>(node.a)] &&
+          amax_handoff(node.a, id, kernels))
+        slots.a_amax = amax_slot_.at(node.a);
       std::unique_ptr<Step> step;
       // Each refusal removes one candidate, so this ends: with a step, or with
       // GE2_ERROR_UNSUPPORTED when none is left or the kernel was forced.
@@ -359,6 +375,9 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
         }
       }
       list->steps.push_back(std::move(step));
+      kernels[static_cast<std::size_t>(id)] = selection.kernel;
+      writes_amax[static_cast<std::size_t>(id)] =
+          slots.amax_out >= 0 && is_cublaslt_fp8_kernel(selection.kernel);
       step_json["problem"] = problem_json(problem);
       step_json["selection"] = selection_json(selection);
     } else {
@@ -373,6 +392,16 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
     if (steps_json) steps_json->push_back(step_json);
   }
   return list;
+}
+
+bool Plan::amax_handoff(ValueId producer, ValueId consumer,
+                        const std::vector<KernelId>& kernels) const {
+  const Node& p = graph_.node(producer);
+  const Node& c = graph_.node(consumer);
+  return p.live && c.live && p.is_gemm_family() && c.is_gemm_family() && c.a == producer &&
+         is_cublaslt_fp8_kernel(kernels[static_cast<std::size_t>(producer)]) &&
+         is_cublaslt_fp8_kernel(kernels[static_cast<std::size_t>(consumer)]) &&
+         activation_info(p.act).cublaslt == LtEpilogue::kNone && amax_slot_.contains(producer);
 }
 
 int Plan::add_owned_slot(std::unique_ptr<Buffer> buffer) {
@@ -412,9 +441,22 @@ nlohmann::json Plan::apply_fp8_policy() {
     const GemmProblem problem = gemm_problem(graph_, node, storage_, id);
     std::unique_ptr<Buffer> prepared;  // the constant B's e4m3 copy, made for the first FP8 row
     bool kept = false;
+    std::map<KernelId, std::string> refused;  // FP8 rows gated and refused, with the reason
+    auto refuse = [&](KernelId kernel, const std::string& reason) {
+      for (const auto& [selections, extent] : lists) {
+        Selection& selection = (*selections)[static_cast<std::size_t>(id)];
+        if (selection.kernel != kernel) continue;
+        refuse_and_reselect(selection, gemm_problem(graph_, node, storage_at(storage_, extent), id),
+                            policy, reason);
+      }
+    };
     // Each refusal takes the next candidate, which may be another FP8 row (fast
     // accumulation first, then fp32 accumulation): gated in turn.
     for (std::optional<KernelId> fp8 = chosen_fp8(); fp8 && !kept; fp8 = chosen_fp8()) {
+      if (const auto it = refused.find(*fp8); it != refused.end()) {
+        refuse(*fp8, it->second);  // a list that reached a row already judged: no second run
+        continue;
+      }
       if (const void* b = constant_data(node.b); b && !prepared)
         prepared = backend.prepare_gemm_weight(*fp8, problem, b);
       const Fp8GateResult gate =
@@ -442,13 +484,8 @@ nlohmann::json Plan::apply_fp8_policy() {
             "against {} exceeds max_error {:.4g} (layer {:.4g})",
             gate.worst_channel_error, kernel_name(gate.reference), policy.fp8_max_error,
             gate.relative_error);
-        for (const auto& [selections, extent] : lists) {
-          Selection& selection = (*selections)[static_cast<std::size_t>(id)];
-          if (selection.kernel != *fp8) continue;
-          refuse_and_reselect(selection,
-                              gemm_problem(graph_, node, storage_at(storage_, extent), id), policy,
-                              refusal);
-        }
+        refused[*fp8] = refusal;
+        refuse(*fp8, refusal);
         layer["decision"] =
             fmt::format("fallback to {}",
                         kernel_name(lists.back().first->at(static_cast<std::size_t>(id)).kernel));
@@ -466,6 +503,23 @@ nlohmann::json Plan::apply_fp8_policy() {
     }
   }
   if (scratch_bytes > 0) scratch_slot_ = add_owned_slot(backend.allocate(scratch_bytes));
+  // 16 bytes per FP8 GEMM for its output's amax, handed to a next FP8 GEMM (amax_handoff).
+  std::vector<ValueId> fp8_gemms;
+  for (ValueId id = 0; id < graph_.size(); ++id)
+    for (const auto& [selections, extent] : lists)
+      if (is_fp8_kernel((*selections)[static_cast<std::size_t>(id)].kernel)) {
+        fp8_gemms.push_back(id);
+        break;
+      }
+  if (!fp8_gemms.empty()) {
+    const int block = add_owned_slot(backend.allocate(16 * fp8_gemms.size()));
+    auto* base = static_cast<unsigned char*>(slot_defaults_[static_cast<std::size_t>(block)]);
+    for (std::size_t i = 0; i < fp8_gemms.size(); ++i) {
+      slot_defaults_.push_back(base + 16 * i);
+      io_is_output_.push_back(false);
+      amax_slot_[fp8_gemms[i]] = static_cast<int>(slot_defaults_.size()) - 1;
+    }
+  }
   return {{"allow_fp8", true},
           {"max_error", policy.fp8_max_error},
           {"calibration", fmt::format("up to {} rows of N(0, 1) inputs; the plan's constants as "

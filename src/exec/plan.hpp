@@ -74,6 +74,11 @@ class Plan {
   // back, and allocates the scratch the kept ones share. Returns the plan text.
   nlohmann::json apply_fp8_policy();
   int add_owned_slot(std::unique_ptr<Buffer> buffer);
+  // Whether GEMM `producer`'s output is GEMM `consumer`'s A and, with the kernels
+  // `kernels` (by node id), the producer's activation pass can measure the amax
+  // the consumer's FP8 quantization needs: both on cuBLASLt FP8, the producer's
+  // activation one cuBLASLt has no epilogue for.
+  bool amax_handoff(ValueId producer, ValueId consumer, const std::vector<KernelId>& kernels) const;
 
   friend std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend, Graph graph,
                                             const CompileOptions& options);
@@ -91,6 +96,7 @@ class Plan {
   std::vector<Selection> fixed_;                  // by node id: a fixed-shape plan's choices
   std::map<ValueId, int> b_prepared_slot_;        // GEMM node -> its B in its kernel's form
   int scratch_slot_ = -1;                         // shared by the steps that asked for scratch
+  std::map<ValueId, int> amax_slot_;              // FP8 GEMM node -> 16 bytes for its output's amax
   std::unique_ptr<StepList> full_;                // at the bound, or the fixed shapes
   std::vector<std::unique_ptr<StepList>> lists_;  // other extents, least recently used first
   std::uint64_t next_list_id_ = 1;

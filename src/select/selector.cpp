@@ -401,9 +401,10 @@ void choose_kernel(Selection& selection, const GemmProblem& problem, const Selec
   // model rates it faster, both rated by the model: the tuner does not time FP8
   // rows, and their accuracy is judged by the compile-time gate, not here.
   const Candidate* fp8 = nullptr;
+  // Ties (memory-bound sizes) go to the later row: fast accumulation.
   for (const auto& candidate : selection.candidates)
     if (candidate.feasible && is_fp8_kernel(candidate.kernel) &&
-        (fp8 == nullptr || candidate.model_us < fp8->model_us))
+        (fp8 == nullptr || candidate.model_us <= fp8->model_us))
       fp8 = &candidate;
   if (fp8 != nullptr && (best == nullptr || fp8->model_us < best->model_us)) {
     selection.kernel = fp8->kernel;

@@ -82,17 +82,27 @@ class Fp8GemmStep final : public Step {
     void* d = slot_pointer(s, slots_.d);
     // The 16-bit epilogue operands keep the caller's addresses: cuBLASLt's FP8
     // kernels want them 16-byte aligned, as the CUTLASS rows do.
+    const auto stream = static_cast<cudaStream_t>(s.stream);
+    auto* amax_out = static_cast<unsigned*>(slot_pointer(s, slots_.amax_out));
     for (const void* p : {c, bias, static_cast<const void*>(d)})
       if (p != nullptr && !aligned16(p)) {
         fallback_->run(s);
+        // The next GEMM reads D's amax from here whichever kernel wrote D.
+        if (amax_out != nullptr)
+          launch_amax(problem_.dtype, problem_.d, d, amax_out, sm_count_, stream);
         return;
       }
-    const auto stream = static_cast<cudaStream_t>(s.stream);
     void* scratch = slot_pointer(s, slots_.scratch);
     auto* scales = static_cast<Fp8Scales*>(scratch);
     std::uint8_t* a_q = after_scales(scratch);
-    launch_quantize_e4m3(problem_.dtype, problem_.op_a(), a, a_q, &scales->a_amax_bits,
-                         &scales->a_scale, sm_count_, stream);
+    if (slots_.a_amax >= 0) {  // measured by the GEMM that produced A, in its activation pass
+      launch_convert_e4m3(problem_.dtype, problem_.op_a(), a, a_q,
+                          static_cast<const unsigned*>(slot_pointer(s, slots_.a_amax)),
+                          &scales->a_scale, sm_count_, stream);
+    } else {
+      launch_quantize_e4m3(problem_.dtype, problem_.op_a(), a, a_q, &scales->a_amax_bits,
+                           &scales->a_scale, sm_count_, stream);
+    }
     const std::uint8_t* b_q = nullptr;
     const float* b_scale = nullptr;
     if (slots_.b_prepared >= 0) {
@@ -109,7 +119,14 @@ class Fp8GemmStep final : public Step {
     // cuBLASLt's first operand is ge2's B (the transpose trick), its second ge2's A.
     matmul_.set_scale_pointers(b_scale, &scales->a_scale);
     matmul_.run(choice_.algo, {a_q, b_q, c, bias, d}, s.workspace, s.workspace_bytes, stream);
-    if (matmul_.needs_separate_activation()) launch_elementwise(activation_, d, nullptr, d, stream);
+    if (matmul_.needs_separate_activation() && amax_out != nullptr) {
+      launch_activation_amax(problem_.dtype, problem_.act, problem_.d, d, amax_out, sm_count_,
+                             stream);
+    } else if (matmul_.needs_separate_activation()) {
+      launch_elementwise(activation_, d, nullptr, d, stream);
+    } else if (amax_out != nullptr) {
+      launch_amax(problem_.dtype, problem_.d, d, amax_out, sm_count_, stream);
+    }
   }
 
   nlohmann::json describe() const override {
@@ -124,6 +141,9 @@ class Fp8GemmStep final : public Step {
         {"a_quantized", "every execution (amax pass, convert pass)"},
         {"b_quantized",
          slots_.b_prepared >= 0 ? "once, at compile (constant weight)" : "every execution"},
+        {"a_amax", slots_.a_amax >= 0 ? "from the activation pass of the GEMM that produced A"
+                                      : "its own pass"},
+        {"writes_amax_of_d", slots_.amax_out >= 0},
         {"accumulate",
          kernel_ == KernelId::LtFp8E4M3Fast ? "fast (CUBLASLT_MATMUL_DESC_FAST_ACCUM)" : "fp32"},
         {"unaligned_pointers_run", fallback_->describe().value("name", "")}};

@@ -16,6 +16,7 @@
 #include "backends/cuda/dtype_dispatch.cuh"
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/launch_geometry.cuh"
+#include "core/activation.hpp"
 
 namespace ge2::cuda {
 namespace {
@@ -96,35 +97,129 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// x = act(x) in place, and amax of the result: a producer's separate activation
+// pass that also hands the next FP8 GEMM its A's amax.
+template <typename T, bool kVectorized, typename Activation>
+__global__ void __launch_bounds__(kThreads)
+    activation_amax_kernel(T* __restrict__ data, QuantizeView v, Activation act,
+                           unsigned* __restrict__ amax_bits) {
+  const long long groups = kVectorized ? v.rows * (v.cols / kVector) : v.rows * v.cols;
+  unsigned local = 0;
+  for (long long g = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; g < groups;
+       g += static_cast<long long>(gridDim.x) * blockDim.x) {
+    if constexpr (kVectorized) {
+      const long long groups_per_row = v.cols / kVector;
+      const long long row = g / groups_per_row, col = (g % groups_per_row) * kVector;
+      uint4* address = reinterpret_cast<uint4*>(data + row * v.row_stride + col);
+      uint4 raw = *address;
+      T* elements = reinterpret_cast<T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < kVector; ++i) {
+        elements[i] = from_float<T>(act(to_float(elements[i])));
+        local = max(local, __float_as_uint(fabsf(to_float(elements[i]))));
+      }
+      *address = raw;
+    } else {
+      T* address = data + (g / v.cols) * v.row_stride + (g % v.cols) * v.col_stride;
+      *address = from_float<T>(act(to_float(*address)));
+      local = max(local, __float_as_uint(fabsf(to_float(*address))));
+    }
+  }
+  for (int offset = 16; offset > 0; offset /= 2)
+    local = max(local, __shfl_xor_sync(0xffffffffu, local, offset));
+  if ((threadIdx.x & 31) == 0 && local != 0) atomicMax(amax_bits, local);
+}
+
+struct Launch {
+  QuantizeView view;
+  bool vectorized;
+  unsigned blocks;
+};
+
+Launch launch_shape(const MatrixView& src, const void* data, int sm_count) {
+  Launch l{{src.rows, src.cols, src.row_stride, src.col_stride}, false, 1};
+  l.vectorized = src.col_stride == 1 && src.cols % kVector == 0 && src.row_stride % kVector == 0 &&
+                 misalignment_bytes(data) == 0;
+  const long long groups = l.vectorized ? src.rows * (src.cols / kVector) : src.rows * src.cols;
+  const long long wanted = (groups + kThreads - 1) / kThreads;
+  l.blocks = static_cast<unsigned>(
+      std::max<long long>(1, std::min<long long>(wanted, 8LL * std::max(1, sm_count))));
+  return l;
+}
+
 }  // namespace
 
-void launch_quantize_e4m3(DType dtype, const MatrixView& src, const void* src_data,
-                          std::uint8_t* dst, unsigned* amax_bits, float* scale, int sm_count,
-                          cudaStream_t stream) {
+void launch_amax(DType dtype, const MatrixView& src, const void* src_data, unsigned* amax_bits,
+                 int sm_count, cudaStream_t stream) {
   require(dtype != DType::F32, GE2_ERROR_INTERNAL, "e4m3 quantization takes f16 or bf16");
-  const QuantizeView v{src.rows, src.cols, src.row_stride, src.col_stride};
-  const bool vectorized = src.col_stride == 1 && src.cols % kVector == 0 &&
-                          src.row_stride % kVector == 0 && misalignment_bytes(src_data) == 0;
-  const long long groups = vectorized ? v.rows * (v.cols / kVector) : v.rows * v.cols;
-  const long long wanted = (groups + kThreads - 1) / kThreads;
-  const auto blocks = static_cast<unsigned>(
-      std::max<long long>(1, std::min<long long>(wanted, 8LL * std::max(1, sm_count))));
+  const Launch l = launch_shape(src, src_data, sm_count);
   GE2_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, sizeof(unsigned), stream));
   with_cuda_type(dtype, [&](auto row) {
     using T = typename decltype(row)::type;
     if constexpr (!std::is_same_v<T, float>) {
       const auto* typed = static_cast<const T*>(src_data);
-      auto* out = reinterpret_cast<__nv_fp8_storage_t*>(dst);
-      if (vectorized) {
-        amax_kernel<T, true><<<blocks, kThreads, 0, stream>>>(typed, v, amax_bits);
-        quantize_kernel<T, true><<<blocks, kThreads, 0, stream>>>(typed, v, out, amax_bits, scale);
+      if (l.vectorized) {
+        amax_kernel<T, true><<<l.blocks, kThreads, 0, stream>>>(typed, l.view, amax_bits);
       } else {
-        amax_kernel<T, false><<<blocks, kThreads, 0, stream>>>(typed, v, amax_bits);
-        quantize_kernel<T, false><<<blocks, kThreads, 0, stream>>>(typed, v, out, amax_bits, scale);
+        amax_kernel<T, false><<<l.blocks, kThreads, 0, stream>>>(typed, l.view, amax_bits);
       }
     }
   });
   GE2_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_convert_e4m3(DType dtype, const MatrixView& src, const void* src_data,
+                         std::uint8_t* dst, const unsigned* amax_bits, float* scale, int sm_count,
+                         cudaStream_t stream) {
+  require(dtype != DType::F32, GE2_ERROR_INTERNAL, "e4m3 quantization takes f16 or bf16");
+  const Launch l = launch_shape(src, src_data, sm_count);
+  with_cuda_type(dtype, [&](auto row) {
+    using T = typename decltype(row)::type;
+    if constexpr (!std::is_same_v<T, float>) {
+      const auto* typed = static_cast<const T*>(src_data);
+      auto* out = reinterpret_cast<__nv_fp8_storage_t*>(dst);
+      if (l.vectorized) {
+        quantize_kernel<T, true>
+            <<<l.blocks, kThreads, 0, stream>>>(typed, l.view, out, amax_bits, scale);
+      } else {
+        quantize_kernel<T, false>
+            <<<l.blocks, kThreads, 0, stream>>>(typed, l.view, out, amax_bits, scale);
+      }
+    }
+  });
+  GE2_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_activation_amax(DType dtype, Activation act, const MatrixView& data_view, void* data,
+                            unsigned* amax_bits, int sm_count, cudaStream_t stream) {
+  require(dtype != DType::F32, GE2_ERROR_INTERNAL, "e4m3 quantization takes f16 or bf16");
+  const Launch l = launch_shape(data_view, data, sm_count);
+  GE2_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, sizeof(unsigned), stream));
+  with_cuda_type(dtype, [&](auto row) {
+    using T = typename decltype(row)::type;
+    if constexpr (!std::is_same_v<T, float>) {
+      auto* typed = static_cast<T*>(data);
+      visit_activation(act, [&](auto functor) {
+        using F = decltype(functor);
+        if (l.vectorized) {
+          activation_amax_kernel<T, true, F>
+              <<<l.blocks, kThreads, 0, stream>>>(typed, l.view, functor, amax_bits);
+        } else {
+          activation_amax_kernel<T, false, F>
+              <<<l.blocks, kThreads, 0, stream>>>(typed, l.view, functor, amax_bits);
+        }
+        return 0;
+      });
+    }
+  });
+  GE2_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_quantize_e4m3(DType dtype, const MatrixView& src, const void* src_data,
+                          std::uint8_t* dst, unsigned* amax_bits, float* scale, int sm_count,
+                          cudaStream_t stream) {
+  launch_amax(dtype, src, src_data, amax_bits, sm_count, stream);
+  launch_convert_e4m3(dtype, src, src_data, dst, amax_bits, scale, sm_count, stream);
 }
 
 }  // namespace ge2::cuda

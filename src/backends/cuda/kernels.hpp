@@ -40,6 +40,20 @@ void launch_quantize_e4m3(DType dtype, const MatrixView& src, const void* src_da
                           std::uint8_t* dst, unsigned* amax_bits, float* scale, int sm_count,
                           cudaStream_t stream);
 
+// Its two halves: amax of src into amax_bits (a memset and one launch), and the
+// conversion with an amax computed before (by launch_amax or a producer's
+// launch_activation_amax).
+void launch_amax(DType dtype, const MatrixView& src, const void* src_data, unsigned* amax_bits,
+                 int sm_count, cudaStream_t stream);
+void launch_convert_e4m3(DType dtype, const MatrixView& src, const void* src_data,
+                         std::uint8_t* dst, const unsigned* amax_bits, float* scale, int sm_count,
+                         cudaStream_t stream);
+// data = act(data) in place (rows x cols of `view`) and amax of the result into
+// amax_bits: an FP8 GEMM's separate activation pass that also measures the next
+// FP8 GEMM's A.
+void launch_activation_amax(DType dtype, Activation act, const MatrixView& view, void* data,
+                            unsigned* amax_bits, int sm_count, cudaStream_t stream);
+
 // Tiles of the fallback kernel, exported for the plan text.
 inline constexpr int kFallbackTileM = 64, kFallbackTileN = 64, kFallbackTileK = 16;
 
