@@ -28,6 +28,13 @@ bool fp8_device() {
   return major * 10 + minor >= 89;
 }
 
+// Prints the SKIPPED line on a device without e4m3 tensor cores.
+bool skip_without_fp8() {
+  if (fp8_device()) return false;
+  std::printf("SKIPPED: gpu fp8 cases need compute capability 8.9 or later\n");
+  return true;
+}
+
 nlohmann::json plan_of(const Fp8Layer& layer) { return nlohmann::json::parse(layer.plan_json); }
 
 std::string step_kernel(const Fp8Layer& layer) {
@@ -40,10 +47,7 @@ std::string step_kernel(const Fp8Layer& layer) {
 }  // namespace
 
 TEST_CASE("gpu fp8: lt_fp8_e4m3 layers against fp64 and the e4m3 oracle") {
-  if (!fp8_device()) {
-    std::printf("SKIPPED: gpu fp8 cases need compute capability 8.9 or later\n");
-    return;
-  }
+  if (skip_without_fp8()) return;
   auto context = make_context(GE2_DEVICE_CUDA);
   DeviceMemory memory;
   struct Size {
@@ -80,10 +84,7 @@ TEST_CASE("gpu fp8: lt_fp8_e4m3 layers against fp64 and the e4m3 oracle") {
 
 TEST_CASE(
     "gpu fp8: the model picks FP8 where it pays, and the gate takes it back from an outlier") {
-  if (!fp8_device()) {
-    std::printf("SKIPPED: gpu fp8 cases need compute capability 8.9 or later\n");
-    return;
-  }
+  if (skip_without_fp8()) return;
   auto context = make_context(GE2_DEVICE_CUDA);
   DeviceMemory memory;
   // Dynamic up to 4096 tokens: the largest bucket is a 4096 x 4096 x 4096 GEMM.
@@ -126,10 +127,7 @@ TEST_CASE(
 }
 
 TEST_CASE("gpu fp8: dynamic extents, graph replay and special activations") {
-  if (!fp8_device()) {
-    std::printf("SKIPPED: gpu fp8 cases need compute capability 8.9 or later\n");
-    return;
-  }
+  if (skip_without_fp8()) return;
   auto context = make_context(GE2_DEVICE_CUDA);
   DeviceMemory memory;
   for (bool replay : {false, true}) {
@@ -242,10 +240,7 @@ std::vector<PlanPtr> two_layer_plans(ge2_context_t* context, HostTensor& w1, Hos
 }  // namespace
 
 TEST_CASE("gpu fp8: the first layer's activation pass hands the second its amax, same result") {
-  if (!fp8_device()) {
-    std::printf("SKIPPED: gpu fp8 cases need compute capability 8.9 or later\n");
-    return;
-  }
+  if (skip_without_fp8()) return;
   auto context = make_context(GE2_DEVICE_CUDA);
   DeviceMemory memory;
   const std::int64_t tokens = 300, hidden = 256, inter = 512;

@@ -147,72 +147,68 @@ Launch launch_shape(const MatrixView& src, const void* data, int sm_count) {
   return l;
 }
 
+// f(T{}) for the 16-bit device type of `dtype`: e4m3 quantization takes f16 and bf16.
+template <typename F>
+void with_16bit_type(DType dtype, F&& f) {
+  require(dtype != DType::F32, GE2_ERROR_INTERNAL, "e4m3 quantization takes f16 or bf16");
+  with_cuda_type(dtype, [&](auto row) {
+    using T = typename decltype(row)::type;
+    if constexpr (!std::is_same_v<T, float>) f(T{});
+  });
+  GE2_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 void launch_amax(DType dtype, const MatrixView& src, const void* src_data, unsigned* amax_bits,
                  int sm_count, cudaStream_t stream) {
-  require(dtype != DType::F32, GE2_ERROR_INTERNAL, "e4m3 quantization takes f16 or bf16");
   const Launch l = launch_shape(src, src_data, sm_count);
   GE2_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, sizeof(unsigned), stream));
-  with_cuda_type(dtype, [&](auto row) {
-    using T = typename decltype(row)::type;
-    if constexpr (!std::is_same_v<T, float>) {
-      const auto* typed = static_cast<const T*>(src_data);
-      if (l.vectorized) {
-        amax_kernel<T, true><<<l.blocks, kThreads, 0, stream>>>(typed, l.view, amax_bits);
-      } else {
-        amax_kernel<T, false><<<l.blocks, kThreads, 0, stream>>>(typed, l.view, amax_bits);
-      }
+  with_16bit_type(dtype, [&]<typename T>(T) {
+    const auto* typed = static_cast<const T*>(src_data);
+    if (l.vectorized) {
+      amax_kernel<T, true><<<l.blocks, kThreads, 0, stream>>>(typed, l.view, amax_bits);
+    } else {
+      amax_kernel<T, false><<<l.blocks, kThreads, 0, stream>>>(typed, l.view, amax_bits);
     }
   });
-  GE2_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_convert_e4m3(DType dtype, const MatrixView& src, const void* src_data,
                          std::uint8_t* dst, const unsigned* amax_bits, float* scale, int sm_count,
                          cudaStream_t stream) {
-  require(dtype != DType::F32, GE2_ERROR_INTERNAL, "e4m3 quantization takes f16 or bf16");
   const Launch l = launch_shape(src, src_data, sm_count);
-  with_cuda_type(dtype, [&](auto row) {
-    using T = typename decltype(row)::type;
-    if constexpr (!std::is_same_v<T, float>) {
-      const auto* typed = static_cast<const T*>(src_data);
-      auto* out = reinterpret_cast<__nv_fp8_storage_t*>(dst);
-      if (l.vectorized) {
-        quantize_kernel<T, true>
-            <<<l.blocks, kThreads, 0, stream>>>(typed, l.view, out, amax_bits, scale);
-      } else {
-        quantize_kernel<T, false>
-            <<<l.blocks, kThreads, 0, stream>>>(typed, l.view, out, amax_bits, scale);
-      }
+  with_16bit_type(dtype, [&]<typename T>(T) {
+    const auto* typed = static_cast<const T*>(src_data);
+    auto* out = reinterpret_cast<__nv_fp8_storage_t*>(dst);
+    if (l.vectorized) {
+      quantize_kernel<T, true>
+          <<<l.blocks, kThreads, 0, stream>>>(typed, l.view, out, amax_bits, scale);
+    } else {
+      quantize_kernel<T, false>
+          <<<l.blocks, kThreads, 0, stream>>>(typed, l.view, out, amax_bits, scale);
     }
   });
-  GE2_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_activation_amax(DType dtype, Activation act, const MatrixView& data_view, void* data,
                             unsigned* amax_bits, int sm_count, cudaStream_t stream) {
-  require(dtype != DType::F32, GE2_ERROR_INTERNAL, "e4m3 quantization takes f16 or bf16");
   const Launch l = launch_shape(data_view, data, sm_count);
   GE2_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, sizeof(unsigned), stream));
-  with_cuda_type(dtype, [&](auto row) {
-    using T = typename decltype(row)::type;
-    if constexpr (!std::is_same_v<T, float>) {
-      auto* typed = static_cast<T*>(data);
-      visit_activation(act, [&](auto functor) {
-        using F = decltype(functor);
-        if (l.vectorized) {
-          activation_amax_kernel<T, true, F>
-              <<<l.blocks, kThreads, 0, stream>>>(typed, l.view, functor, amax_bits);
-        } else {
-          activation_amax_kernel<T, false, F>
-              <<<l.blocks, kThreads, 0, stream>>>(typed, l.view, functor, amax_bits);
-        }
-        return 0;
-      });
-    }
+  with_16bit_type(dtype, [&]<typename T>(T) {
+    auto* typed = static_cast<T*>(data);
+    visit_activation(act, [&](auto functor) {
+      using F = decltype(functor);
+      if (l.vectorized) {
+        activation_amax_kernel<T, true, F>
+            <<<l.blocks, kThreads, 0, stream>>>(typed, l.view, functor, amax_bits);
+      } else {
+        activation_amax_kernel<T, false, F>
+            <<<l.blocks, kThreads, 0, stream>>>(typed, l.view, functor, amax_bits);
+      }
+      return 0;
+    });
   });
-  GE2_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_quantize_e4m3(DType dtype, const MatrixView& src, const void* src_data,
