@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "ge_v2_api.h"
@@ -312,14 +313,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     ge2_compile_options_init(&options);
     options.fuse = in.u8() % 2;
     options.graph_replay = in.u8() % 2;
-    // A 2.0 caller's shorter struct, or one too short for any version.
-    switch (in.u8() % 3) {
+    // The FP8 policy (cpu_fp8_ref and its accuracy gate on this CPU-only build), with
+    // budgets in and out of (0, 1].
+    options.allow_fp8 = in.u8() % 2;
+    static constexpr float kBudgets[] = {
+        0.1f, 1.0f, 1e-6f, 0.0f, -1.0f, 2.0f, __builtin_nanf(""), __builtin_inff()};
+    options.fp8_max_error = kBudgets[in.u8() % std::size(kBudgets)];
+    // A 2.0 or 2.4 caller's shorter struct, or one too short for any version.
+    switch (in.u8() % 4) {
       case 1:
         options.struct_size =
             static_cast<std::uint32_t>(offsetof(ge2_compile_options_t, graph_replay));
         break;
       case 2:
         options.struct_size = in.u8();
+        break;
+      case 3:
+        options.struct_size =
+            static_cast<std::uint32_t>(offsetof(ge2_compile_options_t, fp8_max_error));
         break;
       default:
         break;
