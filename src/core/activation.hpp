@@ -8,13 +8,8 @@
 #include <cstddef>
 #include <iterator>
 
+#include "core/host_device.hpp"
 #include "ge_v2_api.h"
-
-#ifdef __CUDACC__
-#define GE2_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define GE2_HOST_DEVICE inline
-#endif
 
 namespace ge2 {
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "core/host_device.hpp"
 #include "ge_v2_api.h"
 
 namespace ge2 {
@@ -25,6 +26,11 @@ float bf16_bits_to_float(std::uint16_t bits);
 inline constexpr float kE4M3Max = 448.0f;
 std::uint8_t float_to_e4m3_bits(float value);
 float e4m3_bits_to_float(std::uint8_t bits);
+// Per-tensor e4m3 scaling, host and device: x is stored as e4m3(x * multiplier) and
+// read back times the scale. An all-zero tensor (amax 0) uses 1; a NaN amax makes
+// both NaN, so the whole product is NaN, as the 16-bit GEMM would spread it.
+GE2_HOST_DEVICE float e4m3_multiplier(float amax) { return amax == 0.0f ? 1.0f : kE4M3Max / amax; }
+GE2_HOST_DEVICE float e4m3_scale(float amax) { return amax == 0.0f ? 1.0f : amax / kE4M3Max; }
 
 // One row per dtype: what every host layer reads. The CUDA types live in
 // backends/cuda/dtype_dispatch.cuh, one row each as well.

@@ -36,9 +36,9 @@ float round_to_e4m3(std::vector<float>& values) {
     if (std::isnan(magnitude) || magnitude > amax) amax = magnitude;
     if (std::isnan(amax)) break;
   }
-  const float multiplier = amax == 0.0f ? 1.0f : kE4M3Max / amax;
+  const float multiplier = e4m3_multiplier(amax);
   for (float& v : values) v = e4m3_bits_to_float(float_to_e4m3_bits(v * multiplier));
-  return amax == 0.0f ? 1.0f : amax / kE4M3Max;
+  return e4m3_scale(amax);
 }
 
 void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c, const void* bias,

@@ -63,19 +63,13 @@ __global__ void __launch_bounds__(kThreads)
   if ((threadIdx.x & 31) == 0 && local != 0) atomicMax(amax_bits, local);
 }
 
-// x * 448 / amax; amax 0 (an all-zero tensor) quantizes with 1, a NaN amax makes
-// every element NaN (the 16-bit GEMM would have spread it too).
-__device__ __forceinline__ float quantize_multiplier(float amax) {
-  return amax == 0.0f ? 1.0f : kE4M3Max / amax;
-}
-
 template <typename T, bool kVectorized>
 __global__ void __launch_bounds__(kThreads)
     quantize_kernel(const T* __restrict__ src, QuantizeView v, __nv_fp8_storage_t* __restrict__ dst,
                     const unsigned* __restrict__ amax_bits, float* __restrict__ scale) {
   const float amax = __uint_as_float(*amax_bits);
-  const float multiplier = quantize_multiplier(amax);
-  if (blockIdx.x == 0 && threadIdx.x == 0) *scale = amax == 0.0f ? 1.0f : amax / kE4M3Max;
+  const float multiplier = e4m3_multiplier(amax);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale = e4m3_scale(amax);
   const long long groups = kVectorized ? v.rows * (v.cols / kVector) : v.rows * v.cols;
   for (long long g = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; g < groups;
        g += static_cast<long long>(gridDim.x) * blockDim.x) {
