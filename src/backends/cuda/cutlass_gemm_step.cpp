@@ -70,8 +70,6 @@ std::unique_ptr<GemmLauncher> make_launcher(KernelId kernel, Activation act) {
   return runtime->make();
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
 // Shapes, strides and epilogue of the problem; pointers are filled in per run.
 GemmArgs base_arguments(const GemmProblem& p, int device, int sm_count) {
   const MatrixView a = p.op_a(), b = p.op_b();

@@ -44,8 +44,6 @@ GemmProblem quantized_problem(const GemmProblem& p) {
   return q;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
 std::uint8_t* after_scales(void* block) {
   return static_cast<std::uint8_t*>(block) + kFp8ScaleBlock;
 }

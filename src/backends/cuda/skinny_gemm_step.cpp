@@ -10,8 +10,6 @@
 namespace ge2::cuda {
 namespace {
 
-bool vector_aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
 class SkinnyGemmStep final : public Step {
  public:
   SkinnyGemmStep(const GemmProblem& problem, const GemmSlots& slots, const DeviceInfo& device,
@@ -28,7 +26,7 @@ class SkinnyGemmStep final : public Step {
     const void* a = slot_pointer(s, slots_.a);
     const void* b = slot_pointer(s, slots_.b);
     // A and B are read as 16-byte vectors; C, bias and D element by element.
-    if (!vector_aligned(a) || !vector_aligned(b)) {
+    if (!aligned16(a) || !aligned16(b)) {
       fallback_->run(s);
       return;
     }
