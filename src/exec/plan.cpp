@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "core/checked_math.hpp"
@@ -180,9 +181,7 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
     if (output.layout) storage[static_cast<std::size_t>(output.value)] = *output.layout;
 
   auto new_slot = [&](void* owned_pointer, bool is_output) {
-    plan->slot_defaults_.push_back(owned_pointer);
-    plan->io_is_output_.push_back(is_output);
-    return static_cast<int>(plan->slot_defaults_.size()) - 1;
+    return plan->add_slot(owned_pointer, is_output);
   };
   for (ValueId id = 0; id < graph.size(); ++id) {
     const Node& node = graph.node(id);
@@ -246,33 +245,27 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
                              {"constant_bytes", constant_bytes},
                              {"constants", constants_json},
                              {"passes", passes_json}};
-  if (bound > 0) {
-    // Kernels per bucket, each chosen (and in tuning mode tuned) at the
-    // bucket's largest extent; the steps at the bound use the last bucket's.
-    const DeviceInfo& device = backend.device();
-    const MeasuredTime measured = backend.measured_times();
-    for (const auto& [first, last] : extent_buckets(bound)) {
-      ExtentBucket bucket{first, last, std::vector<Selection>(count)};
-      const std::vector<TensorType> types = storage_at(storage, last);
-      for (ValueId id = 0; id < plan->graph_.size(); ++id) {
-        const Node& node = plan->graph_.node(id);
-        if (!node.live || !node.is_gemm_family()) continue;
-        const GemmProblem problem = gemm_problem(plan->graph_, node, types, id);
-        bucket.selections[static_cast<std::size_t>(id)] =
-            select_gemm_kernel(problem, device, options.policy, measured, backend.gemm_kernels());
-      }
-      plan->buckets_.push_back(std::move(bucket));
-    }
-  } else {
-    plan->fixed_ = std::vector<Selection>(count);
-    const MeasuredTime measured = backend.measured_times();
+  // Each live GEMM's kernel (by node id) for the layouts `types`: measured times
+  // from the tuning database where they exist, else the cost model.
+  const MeasuredTime measured = backend.measured_times();
+  auto select_gemms = [&](const std::vector<TensorType>& types) {
+    std::vector<Selection> selections(count);
     for (ValueId id = 0; id < plan->graph_.size(); ++id) {
       const Node& node = plan->graph_.node(id);
       if (!node.live || !node.is_gemm_family()) continue;
-      plan->fixed_[static_cast<std::size_t>(id)] =
-          select_gemm_kernel(gemm_problem(plan->graph_, node, storage, id), backend.device(),
+      selections[static_cast<std::size_t>(id)] =
+          select_gemm_kernel(gemm_problem(plan->graph_, node, types, id), backend.device(),
                              options.policy, measured, backend.gemm_kernels());
     }
+    return selections;
+  };
+  if (bound > 0) {
+    // Kernels per bucket, each chosen (and in tuning mode tuned) at the
+    // bucket's largest extent; the steps at the bound use the last bucket's.
+    for (const auto& [first, last] : extent_buckets(bound))
+      plan->buckets_.push_back({first, last, select_gemms(storage_at(storage, last))});
+  } else {
+    plan->fixed_ = select_gemms(storage);
   }
   if (options.policy.allow_fp8) description["fp8"] = plan->apply_fp8_policy();
   if (bound > 0) {
@@ -292,10 +285,10 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
     }
     description["dynamic"] = {
         {"max_extent", bound}, {"kept_step_lists", Plan::kMaxStepLists}, {"buckets", buckets_json}};
-    plan->full_ = plan->build_steps(bound, &plan->buckets_.back().selections, TuneUse::AsContext,
-                                    &steps_json);
+    plan->full_ =
+        plan->build_steps(bound, plan->buckets_.back().selections, TuneUse::AsContext, &steps_json);
   } else {
-    plan->full_ = plan->build_steps(0, &plan->fixed_, TuneUse::AsContext, &steps_json);
+    plan->full_ = plan->build_steps(0, plan->fixed_, TuneUse::AsContext, &steps_json);
   }
 
   nlohmann::json io_json = nlohmann::json::array();
@@ -311,7 +304,7 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
 }
 
 std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
-                                            const std::vector<Selection>* chosen, TuneUse tune,
+                                            const std::vector<Selection>& chosen, TuneUse tune,
                                             nlohmann::json* steps_json) {
   Backend& backend = *backend_;
   auto list = std::make_unique<StepList>();
@@ -321,18 +314,15 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
   for (const PlanIo& io : io_)
     list->io_bytes[static_cast<std::size_t>(io.slot)] = io.type.at_extent(extent).span_bytes();
   const std::vector<TensorType> storage = storage_at(storage_, extent);
-  const DeviceInfo& device = backend.device();
-  const MeasuredTime measured = chosen ? MeasuredTime{} : backend.measured_times();
   auto slot_for = [&](ValueId v) {
     return v == kNoValue ? -1 : slot_of_[static_cast<std::size_t>(v)];
   };
   // Each GEMM's kernel as chosen for this list, then as its step was built; and
   // whether its step writes its output's amax (the FP8 amax hand-off).
   std::vector<KernelId> kernels(static_cast<std::size_t>(graph_.size()), KernelId::CpuRef);
-  if (chosen)
-    for (ValueId id = 0; id < graph_.size(); ++id)
-      if (graph_.node(id).live && graph_.node(id).is_gemm_family())
-        kernels[static_cast<std::size_t>(id)] = (*chosen)[static_cast<std::size_t>(id)].kernel;
+  for (ValueId id = 0; id < graph_.size(); ++id)
+    if (graph_.node(id).live && graph_.node(id).is_gemm_family())
+      kernels[static_cast<std::size_t>(id)] = chosen[static_cast<std::size_t>(id)].kernel;
   std::vector<bool> writes_amax(static_cast<std::size_t>(graph_.size()), false);
   for (ValueId id = 0; id < graph_.size(); ++id) {
     const Node& node = graph_.node(id);
@@ -344,9 +334,7 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
                              {"output", storage[static_cast<std::size_t>(id)].shape_string()}};
     if (node.is_gemm_family()) {
       const GemmProblem problem = gemm_problem(graph_, node, storage, id);
-      Selection selection = chosen ? (*chosen)[static_cast<std::size_t>(id)]
-                                   : select_gemm_kernel(problem, device, options_.policy, measured,
-                                                        backend.gemm_kernels());
+      Selection selection = chosen[static_cast<std::size_t>(id)];
       const auto prepared = b_prepared_slot_.find(id);
       GemmSlots slots{slot_for(node.a),
                       slot_for(node.b),
@@ -404,11 +392,16 @@ bool Plan::amax_handoff(ValueId producer, ValueId consumer,
          activation_info(p.act).cublaslt == LtEpilogue::kNone && amax_slot_.contains(producer);
 }
 
-int Plan::add_owned_slot(std::unique_ptr<Buffer> buffer) {
-  slot_defaults_.push_back(buffer->data());
-  io_is_output_.push_back(false);
-  owned_.push_back(std::move(buffer));
+int Plan::add_slot(void* owned_pointer, bool is_output) {
+  slot_defaults_.push_back(owned_pointer);
+  io_is_output_.push_back(is_output);
   return static_cast<int>(slot_defaults_.size()) - 1;
+}
+
+int Plan::add_owned_slot(std::unique_ptr<Buffer> buffer) {
+  const int slot = add_slot(buffer->data(), false);
+  owned_.push_back(std::move(buffer));
+  return slot;
 }
 
 nlohmann::json Plan::apply_fp8_policy() {
@@ -427,32 +420,39 @@ nlohmann::json Plan::apply_fp8_policy() {
   };
   nlohmann::json layers = nlohmann::json::array();
   std::size_t scratch_bytes = 0;
+  std::vector<ValueId> fp8_gemms;  // the GEMMs that keep an FP8 row
   for (ValueId id = 0; id < graph_.size(); ++id) {
     const Node& node = graph_.node(id);
     if (!node.live || !node.is_gemm_family()) continue;
-    // The FP8 row chosen for this GEMM in any list, if any is left.
-    auto chosen_fp8 = [&]() -> std::optional<KernelId> {
-      for (const auto& [selections, extent] : lists)
-        if (is_fp8_kernel((*selections)[static_cast<std::size_t>(id)].kernel))
-          return (*selections)[static_cast<std::size_t>(id)].kernel;
+    std::set<KernelId> kept;  // FP8 rows that passed the gate for this GEMM
+    // An FP8 row some list chose for this GEMM and the gate has not passed yet.
+    auto next_fp8 = [&]() -> std::optional<KernelId> {
+      for (const auto& [selections, extent] : lists) {
+        const KernelId kernel = (*selections)[static_cast<std::size_t>(id)].kernel;
+        if (is_fp8_kernel(kernel) && !kept.contains(kernel)) return kernel;
+      }
       return std::nullopt;
     };
     // The gate and the scratch take the problem at the bound: the most rows.
     const GemmProblem problem = gemm_problem(graph_, node, storage_, id);
     std::unique_ptr<Buffer> prepared;  // the constant B's e4m3 copy, made for the first FP8 row
-    bool kept = false;
     std::map<KernelId, std::string> refused;  // FP8 rows gated and refused, with the reason
+    // Refuses `kernel` in every list that chose it; returns what took its place
+    // in the first such list.
     auto refuse = [&](KernelId kernel, const std::string& reason) {
+      std::optional<KernelId> replacement;
       for (const auto& [selections, extent] : lists) {
         Selection& selection = (*selections)[static_cast<std::size_t>(id)];
         if (selection.kernel != kernel) continue;
         refuse_and_reselect(selection, gemm_problem(graph_, node, storage_at(storage_, extent), id),
                             policy, reason);
+        if (!replacement) replacement = selection.kernel;
       }
+      return replacement;
     };
     // Each refusal takes the next candidate, which may be another FP8 row (fast
-    // accumulation first, then fp32 accumulation): gated in turn.
-    for (std::optional<KernelId> fp8 = chosen_fp8(); fp8 && !kept; fp8 = chosen_fp8()) {
+    // accumulation first, then fp32 accumulation): every row a list runs is gated.
+    for (std::optional<KernelId> fp8 = next_fp8(); fp8; fp8 = next_fp8()) {
       if (const auto it = refused.find(*fp8); it != refused.end()) {
         refuse(*fp8, it->second);  // a list that reached a row already judged: no second run
         continue;
@@ -462,7 +462,7 @@ nlohmann::json Plan::apply_fp8_policy() {
       const Fp8GateResult gate =
           measure_fp8_error(backend, problem, *fp8, constant_data(node.b), constant_data(node.bias),
                             prepared ? prepared->data() : nullptr, policy);
-      kept = gate.worst_channel_error <= policy.fp8_max_error;
+      const bool passed = gate.worst_channel_error <= policy.fp8_max_error;
       auto number = [](double value) {
         return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json("not finite");
       };
@@ -476,8 +476,9 @@ nlohmann::json Plan::apply_fp8_policy() {
                            {"relative_error", number(gate.relative_error)},
                            {"worst_channel_error", number(gate.worst_channel_error)},
                            {"max_error", policy.fp8_max_error}};
-      if (kept) {
+      if (passed) {
         layer["decision"] = "kept";
+        kept.insert(*fp8);
       } else {
         const std::string refusal = fmt::format(
             "FP8 accuracy gate: relative error {:.4g} in the worst output channel "
@@ -485,44 +486,28 @@ nlohmann::json Plan::apply_fp8_policy() {
             gate.worst_channel_error, kernel_name(gate.reference), policy.fp8_max_error,
             gate.relative_error);
         refused[*fp8] = refusal;
-        refuse(*fp8, refusal);
-        layer["decision"] =
-            fmt::format("fallback to {}",
-                        kernel_name(lists.back().first->at(static_cast<std::size_t>(id)).kernel));
+        layer["decision"] = fmt::format("fallback to {}", kernel_name(*refuse(*fp8, refusal)));
       }
       layers.push_back(layer);
     }
-    if (!kept) continue;
+    if (kept.empty()) continue;
+    fp8_gemms.push_back(id);
+    for (KernelId row : kept)  // the scratch at the bound: the most rows
+      scratch_bytes =
+          std::max(scratch_bytes, backend.gemm_scratch_bytes(row, problem, prepared != nullptr));
     if (prepared) b_prepared_slot_[id] = add_owned_slot(std::move(prepared));
-    for (const auto& [selections, extent] : lists) {
-      const Selection& selection = (*selections)[static_cast<std::size_t>(id)];
-      if (is_fp8_kernel(selection.kernel))
-        scratch_bytes = std::max(
-            scratch_bytes,
-            backend.gemm_scratch_bytes(selection.kernel, problem, b_prepared_slot_.contains(id)));
-    }
   }
   if (scratch_bytes > 0) scratch_slot_ = add_owned_slot(backend.allocate(scratch_bytes));
   // 16 bytes per FP8 GEMM for its output's amax, handed to a next FP8 GEMM (amax_handoff).
-  std::vector<ValueId> fp8_gemms;
-  for (ValueId id = 0; id < graph_.size(); ++id)
-    for (const auto& [selections, extent] : lists)
-      if (is_fp8_kernel((*selections)[static_cast<std::size_t>(id)].kernel)) {
-        fp8_gemms.push_back(id);
-        break;
-      }
   if (!fp8_gemms.empty()) {
     const int block = add_owned_slot(backend.allocate(16 * fp8_gemms.size()));
     auto* base = static_cast<unsigned char*>(slot_defaults_[static_cast<std::size_t>(block)]);
-    for (std::size_t i = 0; i < fp8_gemms.size(); ++i) {
-      slot_defaults_.push_back(base + 16 * i);
-      io_is_output_.push_back(false);
-      amax_slot_[fp8_gemms[i]] = static_cast<int>(slot_defaults_.size()) - 1;
-    }
+    for (std::size_t i = 0; i < fp8_gemms.size(); ++i)
+      amax_slot_[fp8_gemms[i]] = add_slot(base + 16 * i, false);
   }
   return {{"allow_fp8", true},
           {"max_error", policy.fp8_max_error},
-          {"calibration", fmt::format("up to {} rows of N(0, 1) inputs; the plan's constants as "
+          {"calibration", fmt::format("{} rows of N(0, 1) inputs; the plan's constants as "
                                       "they are",
                                       kFp8CalibrationRows)},
           {"scratch_bytes", scratch_bytes},
@@ -564,7 +549,7 @@ StepList& Plan::steps_at(std::int64_t extent) {
     return *lists_.back();
   }
   // Built before anything is evicted, so a failure leaves the kept lists as they were.
-  auto list = build_steps(extent, &bucket_of(extent).selections, TuneUse::LookupOnly, nullptr);
+  auto list = build_steps(extent, bucket_of(extent).selections, TuneUse::LookupOnly, nullptr);
   if (lists_.size() == kMaxStepLists) lists_.erase(lists_.begin());
   lists_.push_back(std::move(list));
   return *lists_.back();

@@ -65,14 +65,17 @@ class Plan {
   void check_outputs_do_not_overlap(const StepList& list, const char* function) const;
   StepList& steps_at(std::int64_t extent);
   const ExtentBucket& bucket_of(std::int64_t extent) const;
-  // `chosen`: the GEMM selections to build (a bucket's), else chosen now.
+  // `chosen`: the GEMM selections to build, by node id (a bucket's or the fixed plan's).
   // `steps_json`: receives each step's text when not null.
-  std::unique_ptr<StepList> build_steps(std::int64_t extent, const std::vector<Selection>* chosen,
+  std::unique_ptr<StepList> build_steps(std::int64_t extent, const std::vector<Selection>& chosen,
                                         TuneUse tune, nlohmann::json* steps_json);
   // allow_fp8: prepares the constant weights of GEMMs an FP8 kernel was chosen
   // for, runs each through the accuracy gate (fp8_gate.hpp), keeps it or falls
   // back, and allocates the scratch the kept ones share. Returns the plan text.
   nlohmann::json apply_fp8_policy();
+  // A new slot whose default pointer is `owned_pointer` (nullptr: the caller binds it).
+  int add_slot(void* owned_pointer, bool is_output);
+  // A new slot for `buffer`, which the plan keeps.
   int add_owned_slot(std::unique_ptr<Buffer> buffer);
   // Whether GEMM `producer`'s output is GEMM `consumer`'s A and, with the kernels
   // `kernels` (by node id), the producer's activation pass can measure the amax
