@@ -204,19 +204,21 @@ std::vector<PlanPtr> two_layer_plans(ge2_context_t* context, HostTensor& w1, Hos
     GE2_CHECK(ge2_plan_compile(context, graph.get(), &options, &raw));
     return PlanPtr(raw);
   };
+  // act(in wᵀ + b) with w and b as constants under the given names.
+  auto layer = [&](ge2_graph_t* g, ge2_value_t in, const char* w_name, const ge2_tensor_desc_t& dw,
+                   HostTensor& w, const char* b_name, const ge2_tensor_desc_t& db, HostTensor& b,
+                   ge2_activation_t act) {
+    ge2_value_t vw, vb, out;
+    GE2_CHECK(ge2_graph_add_constant(g, w_name, &dw, w.data(), &vw));
+    GE2_CHECK(ge2_graph_add_constant(g, b_name, &db, b.data(), &vb));
+    GE2_CHECK(ge2_graph_add_gemm_bias_act(g, in, vw, vb, &attrs, act, &out));
+    return out;
+  };
   auto first = [&](ge2_graph_t* g, ge2_value_t x) {
-    ge2_value_t w, b, h;
-    GE2_CHECK(ge2_graph_add_constant(g, "w1", &dw1, w1.data(), &w));
-    GE2_CHECK(ge2_graph_add_constant(g, "b1", &db1, b1.data(), &b));
-    GE2_CHECK(ge2_graph_add_gemm_bias_act(g, x, w, b, &attrs, GE2_ACT_GELU_ERF, &h));
-    return h;
+    return layer(g, x, "w1", dw1, w1, "b1", db1, b1, GE2_ACT_GELU_ERF);
   };
   auto second = [&](ge2_graph_t* g, ge2_value_t h) {
-    ge2_value_t w, b, y;
-    GE2_CHECK(ge2_graph_add_constant(g, "w2", &dw2, w2.data(), &w));
-    GE2_CHECK(ge2_graph_add_constant(g, "b2", &db2, b2.data(), &b));
-    GE2_CHECK(ge2_graph_add_gemm_bias_act(g, h, w, b, &attrs, GE2_ACT_NONE, &y));
-    return y;
+    return layer(g, h, "w2", dw2, w2, "b2", db2, b2, GE2_ACT_NONE);
   };
   std::vector<PlanPtr> plans;
   GraphPtr g1 = make_graph();
