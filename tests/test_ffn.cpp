@@ -174,12 +174,18 @@ TEST_CASE(
       CHECK(steps.size() == 2);
     }
     if (c.fuse && c.kind == FfnKind::SwiGlu && c.constant_weights) {
-      // [gate | up] GEMM of width 2I, silu(gate) * up in one pass, down GEMM (+ residual as C).
-      REQUIRE(steps.size() == 3);
+      // [gate | up] GEMM of width 2I with silu(gate) * up in its epilogue (cpu_ref has
+      // the gated epilogue), down GEMM (+ residual as C).
+      REQUIRE(steps.size() == 2);
       CHECK(steps[0]["op"] == "gemm");
       CHECK(steps[0]["problem"]["n"] == 2 * 40);
-      CHECK(steps[1]["op"] == "gated_mul");
-      CHECK(steps[1]["input_activation"] == "silu");
+      CHECK(steps[0]["output"] == "[5, 40] " + std::string(c.dtype == GE2_DTYPE_F16    ? "f16"
+                                                           : c.dtype == GE2_DTYPE_BF16 ? "bf16"
+                                                                                       : "f32"));
+      CHECK(steps[0]["gated_epilogue"].get<std::string>().find("(silu(gate) * up) computed") !=
+            std::string::npos);
+      // The unfused steps stay beside it for executions the fused step cannot take.
+      CHECK(steps[0]["kernel"]["unaligned_pointers_run"].size() == 2);
     } else if (c.fuse && c.kind == FfnKind::SwiGlu) {
       // Weights bound per execution cannot be joined: gate GEMM, up GEMM, mul, down GEMM.
       REQUIRE(steps.size() == 4);
@@ -335,7 +341,9 @@ TEST_CASE("an activation cuBLASLt lacks moves into the multiply it feeds, on eit
     }
 }
 
-TEST_CASE("gated units: gate and up GEMMs become one GEMM of width 2I and a gated_mul pass") {
+TEST_CASE(
+    "gated units: gate and up GEMMs become one GEMM of width 2I whose epilogue computes the "
+    "gated_mul") {
   auto context = make_context(GE2_DEVICE_CPU);
   auto memory = host_memory();
   for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
@@ -355,14 +363,18 @@ TEST_CASE("gated units: gate and up GEMMs become one GEMM of width 2I and a gate
           CHECK_MESSAGE(r.error <= tolerance(dtype), c.label() << " error " << r.error);
           const auto json = nlohmann::json::parse(r.plan_json);
           const auto& steps = json["steps"];
-          REQUIRE_MESSAGE(steps.size() == 2, c.label() << r.plan_json);
+          // One step: cpu_ref computes the gated_mul in the GEMM's epilogue.
+          REQUIRE_MESSAGE(steps.size() == 1, c.label() << r.plan_json);
           CHECK(steps[0]["problem"]["n"] == 80);
           CHECK(steps[0]["problem"]["has_bias"] == bias);
-          // Even an activation a GEMM epilogue could compute moves into the gated pass.
+          // Even an activation a GEMM epilogue could compute moves into the gated multiply.
           CHECK(steps[0]["problem"]["activation"] == "none");
-          CHECK(steps[1]["op"] == "gated_mul");
           constexpr const char* kNames[] = {"none", "relu", "gelu_erf", "gelu_tanh", "silu"};
-          if (act != GE2_ACT_NONE) CHECK(steps[1]["input_activation"] == kNames[act]);
+          CHECK(steps[0]["gated_epilogue"].get<std::string>().find(
+                    std::string("(") + kNames[act] + "(gate) * up)") != std::string::npos);
+          const auto& unfused = steps[0]["kernel"]["unaligned_pointers_run"];
+          REQUIRE(unfused.size() == 2);
+          CHECK(unfused[1]["name"] == "cpu_elementwise");
           // One constant holds both weights (and one both biases); the originals are gone.
           CHECK(json["constants"].size() == (bias ? 2u : 1u));
           // Without an activation the multiply's first operand is the first half.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <tuple>
 
 #include "support/gpu_helpers.hpp"
 #include "tunedb/tunedb.hpp"
@@ -263,6 +264,79 @@ TEST_CASE("gpu cutlass: layouts the family cannot run are refused when forced, w
     options.force_kernel = nullptr;
     REQUIRE(ge2_plan_compile(context.get(), graph.get(), &options, &raw) == GE2_OK);
     PlanPtr plan(raw);
+  }
+}
+
+TEST_CASE(
+    "gpu cutlass: the gated epilogue computes act(gate) * up in the 128x128 GEMM, matching fp64") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  if (!cutlass_offered(context.get())) return;
+  DeviceMemory memory;
+  // tokens x hidden x intermediate: one row, partial tiles in M and in the
+  // 2I-wide N (2I = 400, 1040 are not multiples of 128), several k-blocks.
+  const std::array<std::array<std::int64_t, 3>, 4> sizes{
+      {{1, 64, 64}, {37, 128, 200}, {300, 264, 520}, {1024, 512, 704}}};
+  int cases = 0;
+  for (const auto& [kernel, dtype] : {std::pair{"cutlass_f16_128x128", GE2_DTYPE_F16},
+                                      std::pair{"cutlass_bf16_128x128", GE2_DTYPE_BF16}})
+    for (ge2_activation_t act :
+         {GE2_ACT_SILU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_RELU, GE2_ACT_NONE})
+      for (int variant = 0; variant < 4; ++variant) {
+        const auto [t, h, n] = sizes[static_cast<std::size_t>(cases) % sizes.size()];
+        const GluCase c{.dtype = dtype,
+                        .act = act,
+                        .tokens = t,
+                        .hidden = h,
+                        .intermediate = n,
+                        .trans_b = true,
+                        .bias = variant != 0,
+                        .act_on_second = variant == 1,
+                        .force_kernel = kernel,
+                        // An A the TMA cannot read: the unfused steps run instead.
+                        .x_offset = variant == 2 ? 3 : 0,
+                        .pad_y = variant == 3 ? 8 : 0};
+        const GemmResult r = run_glu_case(context.get(), memory, c);
+        CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
+        CHECK_MESSAGE(r.padding_changed == 0, c.label() << " wrote into y's row padding");
+        const auto plan = nlohmann::json::parse(r.plan_json);
+        REQUIRE_MESSAGE(plan["steps"].size() == 1, c.label() << r.plan_json);
+        const auto& step = plan["steps"][0];
+        CHECK(step["problem"]["n"] == 2 * n);
+        CHECK(step["kernel"]["name"] == kernel);
+        CHECK(step["kernel"]["configuration"].get<std::string>().ends_with("gated epilogue"));
+        CHECK(step["gated_epilogue"].get<std::string>().find("computed in the epilogue") !=
+              std::string::npos);
+        CHECK(step["kernel"]["unaligned_pointers_run"].size() == 2);
+        ++cases;
+      }
+  MESSAGE("gated CUTLASS cases run: " << cases);
+}
+
+TEST_CASE("gpu cutlass: gated units the epilogue cannot take run unfused, and the plan says why") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  if (!cutlass_offered(context.get())) return;
+  DeviceMemory memory;
+  // The same forced kernel runs the GEMM, then the gated_mul pass: I not a
+  // multiple of 8, output rows on odd elements.
+  for (const auto& [inter, pad_y, why] :
+       {std::tuple{100, 0, "I = N / 2 = 100 is not a multiple of 8"},
+        std::tuple{200, 3, "rows do not start on 4-byte boundaries"}}) {
+    const GluCase c{.dtype = GE2_DTYPE_BF16,
+                    .act = GE2_ACT_SILU,
+                    .tokens = 37,
+                    .hidden = 128,
+                    .intermediate = inter,
+                    .trans_b = true,
+                    .bias = true,
+                    .force_kernel = "cutlass_bf16_128x128",
+                    .pad_y = pad_y};
+    const GemmResult r = run_glu_case(context.get(), memory, c);
+    CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
+    CHECK(r.padding_changed == 0);
+    const auto plan = nlohmann::json::parse(r.plan_json);
+    REQUIRE(plan["steps"].size() == 2);
+    CHECK(plan["steps"][0]["gated_epilogue"].get<std::string>().find(why) != std::string::npos);
+    CHECK(plan["steps"][1]["op"] == "gated_mul");
   }
 }
 

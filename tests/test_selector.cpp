@@ -235,6 +235,61 @@ TEST_CASE("selector: CUTLASS kernels are scored but chosen only on a measured ti
         candidate(s, KernelId::CutlassF16Coop).estimated_us);
 }
 
+TEST_CASE("selector: a gated unit's pass is charged to kernels without a gated epilogue") {
+  const DeviceInfo h200 = synthetic_h200();
+  GemmProblem p = linear(DType::BF16, 4096, 2 * 11008, 4096);
+  const GemmProblem plain = p;
+  p.gated = GatedOutput{Activation::Silu, {1, 4096, 11008, 0, 11008, 1}};
+  CHECK(gated_epilogue_problem(p, KernelId::CutlassBf16Pingpong128).empty());
+  // The tuner's times are of the GEMM alone, for both kinds of kernel.
+  const MeasuredTime measured = [](KernelId id, const GemmProblem& q) -> std::optional<double> {
+    if (id == KernelId::LtBf16) return 1000.0;
+    if (id == KernelId::CutlassBf16Pingpong128) return 1040.0;
+    if (id == KernelId::CutlassBf16Coop) return 1020.0;
+    (void)q;
+    return std::nullopt;
+  };
+  const auto s = select_gemm_kernel(p, h200, {}, measured);
+  const Candidate& lt = candidate(s, KernelId::LtBf16);
+  CHECK(lt.estimated_us > 1000.0 + 50.0);  // 2I x M read, I x M written: ~270 MB
+  CHECK(lt.reason.find("+ separate gated_mul pass") != std::string::npos);
+  // The 128x128 rows compute it in the epilogue; the 128x256 row has no gated instance.
+  CHECK(candidate(s, KernelId::CutlassBf16Pingpong128).estimated_us == 1040.0);
+  CHECK(candidate(s, KernelId::CutlassBf16Coop).estimated_us > 1020.0 + 50.0);
+  CHECK(s.kernel == KernelId::CutlassBf16Pingpong128);
+  // Without the gated output the same times choose cuBLASLt.
+  CHECK(select_gemm_kernel(plain, h200, {}, measured).kernel == KernelId::LtBf16);
+  // What the epilogue cannot take: then every kernel pays the pass.
+  GemmProblem with_c = p;
+  with_c.has_c = true;
+  with_c.c = with_c.d;
+  with_c.beta = 1.0f;
+  CHECK(gated_epilogue_problem(with_c, KernelId::CutlassBf16Pingpong128) ==
+        "the gated epilogue takes no C");
+  const auto unfusable = select_gemm_kernel(with_c, h200, {}, measured);
+  CHECK(candidate(unfusable, KernelId::CutlassBf16Pingpong128).estimated_us > 1040.0 + 50.0);
+  GemmProblem kn = p;
+  kn.trans_b = false;
+  CHECK(gated_epilogue_problem(kn, KernelId::CutlassBf16Pingpong128) ==
+        "B is not in [N, K] layout (trans_b)");
+  GemmProblem strided = p;
+  strided.gated->out.col_stride = 2;
+  CHECK(gated_epilogue_problem(strided, KernelId::CutlassBf16Pingpong128) ==
+        "the gated output is not row-major");
+  CHECK(gated_epilogue_problem(plain, KernelId::CutlassBf16Pingpong128) == "not a gated unit");
+  // cpu_ref takes any layout; the CUTLASS rows want I a multiple of 8, the 128x256 row has none.
+  CHECK(gated_epilogue_problem(kn, KernelId::CpuRef).empty());
+  GemmProblem odd_i = p;
+  odd_i.n = 200;
+  CHECK(gated_epilogue_problem(odd_i, KernelId::CutlassBf16Pingpong128) ==
+        "I = N / 2 = 100 is not a multiple of 8");
+  CHECK(gated_epilogue_problem(p, KernelId::CutlassBf16Coop) ==
+        "kernel 'cutlass_bf16_128x256' has no gated epilogue");
+  // The CPU reference has the gated epilogue too.
+  CHECK(candidate(select_gemm_kernel(p, DeviceInfo{}, {}), KernelId::CpuRef)
+            .reason.find("gated_mul") == std::string::npos);
+}
+
 TEST_CASE("selector: CUTLASS layout rules name what they refuse") {
   const DeviceInfo h200 = synthetic_h200();
   GemmProblem p = linear(DType::F16, 256, 512, 1024);

@@ -105,6 +105,14 @@ GE2_HOST_DEVICE float apply_activation(Activation act, float x) {
   return visit_activation(act, [x](auto functor) { return functor(x); });
 }
 
+// act(gate) * up: the gated (GLU) unit, SwiGLU with SiLU, GeGLU with GELU.
+// `act` is a functor above (a CUTLASS epilogue and the CPU reference pass one
+// from visit_activation).
+template <typename F>
+GE2_HOST_DEVICE float gated_product(F act, float gate, float up) {
+  return act(gate) * up;
+}
+
 // Which cuBLASLt epilogue family computes an activation in the GEMM (with or
 // without bias); kNone: cuBLASLt has none and a separate pass over D runs it.
 enum class LtEpilogue { kIdentity, kRelu, kGeluTanh, kNone };

@@ -69,11 +69,13 @@ class Backend {
     (void)kernel, (void)problem, (void)b_prepared;
     return 0;
   }
-  // B in the form `kernel` reads, made once from the constant B at `b` (the
-  // FP8 rows' e4m3 copy and scale); nullptr when the kernel reads B as it is.
+  // B in the form `kernel` reads, made once from the constant B at `b` and
+  // bias at `bias` (nullptr: none) in backend memory: the FP8 rows' e4m3 copy
+  // and scale, a gated CUTLASS GEMM's interleaved weight and bias; nullptr when
+  // the kernel reads B as it is.
   virtual std::unique_ptr<Buffer> prepare_gemm_weight(KernelId kernel, const GemmProblem& problem,
-                                                      const void* b) {
-    (void)kernel, (void)problem, (void)b;
+                                                      const void* b, const void* bias) {
+    (void)kernel, (void)problem, (void)b, (void)bias;
     return nullptr;
   }
   virtual std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,

@@ -253,9 +253,13 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
     for (ValueId id = 0; id < plan->graph_.size(); ++id) {
       const Node& node = plan->graph_.node(id);
       if (!node.live || !node.is_gemm_family()) continue;
+      // A GEMM read only by a gated_mul is ranked with the multiply: kernels
+      // without a gated epilogue pay its pass.
+      const ValueId reader = plan->gated_reader(id);
       selections[static_cast<std::size_t>(id)] =
-          select_gemm_kernel(gemm_problem(plan->graph_, node, types, id), backend.device(),
-                             options.policy, measured, backend.gemm_kernels());
+          select_gemm_kernel(reader != kNoValue ? plan->gated_problem(types, id, reader)
+                                                : gemm_problem(plan->graph_, node, types, id),
+                             backend.device(), options.policy, measured, backend.gemm_kernels());
     }
     return selections;
   };
@@ -268,6 +272,7 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
     plan->fixed_ = select_gemms(storage);
   }
   if (options.policy.allow_fp8) description["fp8"] = plan->apply_fp8_policy();
+  plan->prepare_gated_weights();
   if (bound > 0) {
     nlohmann::json buckets_json = nlohmann::json::array();
     for (const ExtentBucket& bucket : plan->buckets_) {
@@ -324,9 +329,21 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
     if (graph_.node(id).live && graph_.node(id).is_gemm_family())
       kernels[static_cast<std::size_t>(id)] = chosen[static_cast<std::size_t>(id)].kernel;
   std::vector<bool> writes_amax(static_cast<std::size_t>(graph_.size()), false);
+  // gated_mul nodes whose multiply their GEMM's step computes.
+  std::vector<bool> fused_into_gemm(static_cast<std::size_t>(graph_.size()), false);
+  // The elementwise step of node `id` (not a GEMM).
+  auto elementwise_step = [&](ValueId id, nlohmann::json& step_json) {
+    const Node& node = graph_.node(id);
+    const auto [problem, y] = elementwise_problem(node, storage, id);
+    step_json["activation"] = activation_name(problem.act);
+    if (problem.x_act != Activation::None)
+      step_json["input_activation"] = activation_name(problem.x_act);
+    return backend.make_elementwise(
+        problem, {slot_for(node.x), slot_for(node.bias), slot_for(id), slot_for(y)});
+  };
   for (ValueId id = 0; id < graph_.size(); ++id) {
     const Node& node = graph_.node(id);
-    if (!node.live || node.is_source()) continue;
+    if (!node.live || node.is_source() || fused_into_gemm[static_cast<std::size_t>(id)]) continue;
     const int slot = slot_for(id);
     nlohmann::json step_json{{"node", id},
                              {"op", op_kind_name(node.kind)},
@@ -362,6 +379,41 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
           refuse_and_reselect(selection, problem, options_.policy, error.what());
         }
       }
+      // A gated_mul reading only this GEMM: computed in its epilogue where the kernel
+      // can, with the unfused steps kept for executions the fused one does not accept.
+      if (const ValueId reader = gated_reader(id);
+          reader != kNoValue && has_gated_epilogue(selection.kernel)) {
+        GemmSlots fused_slots = slots;
+        fused_slots.d = slot_for(reader);
+        const auto prepared_gated = gated_prepared_slot_.find(id);
+        fused_slots.b_prepared =
+            prepared_gated == gated_prepared_slot_.end() ? -1 : prepared_gated->second;
+        const GemmProblem gated = gated_problem(storage, id, reader);
+        std::string refusal = gated_epilogue_problem(gated, selection.kernel);
+        std::unique_ptr<Step> fused;
+        if (refusal.empty()) {
+          try {
+            fused = backend.make_gemm(gated, fused_slots, selection.kernel, false, tune);
+          } catch (const Error& error) {
+            if (error.status() != GE2_ERROR_UNSUPPORTED) throw;
+            refusal = error.what();
+          }
+        }
+        if (!fused) {
+          step_json["gated_epilogue"] = fmt::format("gated_mul #{} not fused: {}", reader, refusal);
+        } else {
+          nlohmann::json reader_json;
+          std::vector<std::unique_ptr<Step>> unfused;
+          unfused.push_back(std::move(step));
+          unfused.push_back(elementwise_step(reader, reader_json));
+          step = std::make_unique<FusedStep>(std::move(fused), std::move(unfused));
+          fused_into_gemm[static_cast<std::size_t>(reader)] = true;
+          step_json["gated_epilogue"] =
+              fmt::format("gated_mul #{} ({}(gate) * up) computed in the epilogue", reader,
+                          activation_name(graph_.node(reader).act));
+          step_json["output"] = storage[static_cast<std::size_t>(reader)].shape_string();
+        }
+      }
       list->steps.push_back(std::move(step));
       kernels[static_cast<std::size_t>(id)] = selection.kernel;
       writes_amax[static_cast<std::size_t>(id)] =
@@ -369,12 +421,7 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
       step_json["problem"] = problem_json(problem);
       step_json["selection"] = selection_json(selection);
     } else {
-      const auto [problem, y] = elementwise_problem(node, storage, id);
-      list->steps.push_back(backend.make_elementwise(
-          problem, {slot_for(node.x), slot_for(node.bias), slot, slot_for(y)}));
-      step_json["activation"] = activation_name(problem.act);
-      if (problem.x_act != Activation::None)
-        step_json["input_activation"] = activation_name(problem.x_act);
+      list->steps.push_back(elementwise_step(id, step_json));
     }
     step_json["kernel"] = list->steps.back()->describe();
     if (steps_json) steps_json->push_back(step_json);
@@ -392,6 +439,63 @@ bool Plan::amax_handoff(ValueId producer, ValueId consumer,
          activation_info(p.act).cublaslt == LtEpilogue::kNone && amax_slot_.contains(producer);
 }
 
+std::vector<std::pair<std::vector<Selection>*, std::int64_t>> Plan::choice_lists() {
+  std::vector<std::pair<std::vector<Selection>*, std::int64_t>> lists;
+  if (max_extent_ > 0) {
+    for (ExtentBucket& bucket : buckets_) lists.emplace_back(&bucket.selections, bucket.last);
+  } else {
+    lists.emplace_back(&fixed_, 0);
+  }
+  return lists;
+}
+
+const void* Plan::constant_data(ValueId v) const {
+  if (v == kNoValue || graph_.node(v).kind != OpKind::Constant) return nullptr;
+  return slot_defaults_[static_cast<std::size_t>(slot_of_[static_cast<std::size_t>(v)])];
+}
+
+ValueId Plan::gated_reader(ValueId gemm) const {
+  const Node& node = graph_.node(gemm);
+  auto constant_or_none = [&](ValueId v) {
+    return v == kNoValue || graph_.node(v).kind == OpKind::Constant;
+  };
+  if (!node.live || !node.is_gemm_family() || node.c != kNoValue || node.act != Activation::None ||
+      graph_.node(node.b).kind != OpKind::Constant || !constant_or_none(node.bias) ||
+      graph_.use_count(gemm) != 1)
+    return kNoValue;
+  for (ValueId id = gemm + 1; id < graph_.size(); ++id) {
+    const Node& reader = graph_.node(id);
+    if (reader.live && reader.kind == OpKind::GatedMul && reader.x == gemm) return id;
+  }
+  return kNoValue;
+}
+
+GemmProblem Plan::gated_problem(const std::vector<TensorType>& storage, ValueId gemm,
+                                ValueId reader) const {
+  GemmProblem problem = gemm_problem(graph_, graph_.node(gemm), storage, gemm);
+  problem.gated =
+      GatedOutput{graph_.node(reader).act, matrix_view(storage[static_cast<std::size_t>(reader)])};
+  return problem;
+}
+
+void Plan::prepare_gated_weights() {
+  const auto lists = choice_lists();
+  for (ValueId id = 0; id < graph_.size(); ++id) {
+    const ValueId reader = gated_reader(id);
+    if (reader == kNoValue) continue;
+    for (const auto& [selections, extent] : lists) {
+      const KernelId kernel = (*selections)[static_cast<std::size_t>(id)].kernel;
+      const GemmProblem problem = gated_problem(storage_, id, reader);
+      if (!gated_epilogue_problem(problem, kernel).empty()) continue;
+      const Node& node = graph_.node(id);
+      auto prepared = backend_->prepare_gemm_weight(kernel, problem, constant_data(node.b),
+                                                    constant_data(node.bias));
+      if (prepared) gated_prepared_slot_[id] = add_owned_slot(std::move(prepared));
+      break;  // one dtype per node: every gated row reads the same form
+    }
+  }
+}
+
 int Plan::add_slot(void* owned_pointer, bool is_output) {
   slot_defaults_.push_back(owned_pointer);
   io_is_output_.push_back(is_output);
@@ -407,17 +511,8 @@ int Plan::add_owned_slot(std::unique_ptr<Buffer> buffer) {
 nlohmann::json Plan::apply_fp8_policy() {
   Backend& backend = *backend_;
   const SelectionPolicy& policy = options_.policy;
-  // Every list of choices with the extent its problems are taken at.
-  std::vector<std::pair<std::vector<Selection>*, std::int64_t>> lists;
-  if (max_extent_ > 0) {
-    for (ExtentBucket& bucket : buckets_) lists.emplace_back(&bucket.selections, bucket.last);
-  } else {
-    lists.emplace_back(&fixed_, 0);
-  }
-  auto constant_data = [&](ValueId v) -> const void* {
-    if (v == kNoValue || graph_.node(v).kind != OpKind::Constant) return nullptr;
-    return slot_defaults_[static_cast<std::size_t>(slot_of_[static_cast<std::size_t>(v)])];
-  };
+  const auto lists = choice_lists();
+  auto constant_data = [&](ValueId v) { return this->constant_data(v); };
   nlohmann::json layers = nlohmann::json::array();
   std::size_t scratch_bytes = 0;
   std::vector<ValueId> fp8_gemms;  // the GEMMs that keep an FP8 row
@@ -458,7 +553,7 @@ nlohmann::json Plan::apply_fp8_policy() {
         continue;
       }
       if (const void* b = constant_data(node.b); b && !prepared)
-        prepared = backend.prepare_gemm_weight(*fp8, problem, b);
+        prepared = backend.prepare_gemm_weight(*fp8, problem, b, constant_data(node.bias));
       const Fp8GateResult gate =
           measure_fp8_error(backend, problem, *fp8, constant_data(node.b), constant_data(node.bias),
                             prepared ? prepared->data() : nullptr, policy);

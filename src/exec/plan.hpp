@@ -73,6 +73,21 @@ class Plan {
   // for, runs each through the accuracy gate (fp8_gate.hpp), keeps it or falls
   // back, and allocates the scratch the kept ones share. Returns the plan text.
   nlohmann::json apply_fp8_policy();
+  // Every list of GEMM choices (the buckets', or the fixed plan's) with the extent
+  // its problems are taken at.
+  std::vector<std::pair<std::vector<Selection>*, std::int64_t>> choice_lists();
+  // The backend copy of constant `v`; nullptr for kNoValue or a value that is no constant.
+  const void* constant_data(ValueId v) const;
+  // The gated_mul that is the only reader of GEMM `gemm`, when the GEMM could
+  // compute it in its epilogue (no C, no activation of its own, constant B and
+  // bias); else kNoValue.
+  ValueId gated_reader(ValueId gemm) const;
+  // GEMM `gemm`'s problem with `reader`'s multiply in its epilogue.
+  GemmProblem gated_problem(const std::vector<TensorType>& storage, ValueId gemm,
+                            ValueId reader) const;
+  // The weights of gated GEMMs some list runs on a kernel with a gated epilogue,
+  // in the form that kernel reads (gated_prepared_slot_).
+  void prepare_gated_weights();
   // A new slot whose default pointer is `owned_pointer` (nullptr: the caller binds it).
   int add_slot(void* owned_pointer, bool is_output);
   // A new slot for `buffer`, which the plan keeps.
@@ -97,7 +112,8 @@ class Plan {
   std::int64_t max_extent_ = 0;
   std::vector<ExtentBucket> buckets_;
   std::vector<Selection> fixed_;                  // by node id: a fixed-shape plan's choices
-  std::map<ValueId, int> b_prepared_slot_;        // GEMM node -> its B in its kernel's form
+  std::map<ValueId, int> b_prepared_slot_;        // GEMM node -> its B in its FP8 kernel's form
+  std::map<ValueId, int> gated_prepared_slot_;    // GEMM node -> B and bias for its gated epilogue
   int scratch_slot_ = -1;                         // shared by the steps that asked for scratch
   std::map<ValueId, int> amax_slot_;              // FP8 GEMM node -> 16 bytes for its output's amax
   std::unique_ptr<StepList> full_;                // at the bound, or the fixed shapes

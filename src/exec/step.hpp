@@ -32,6 +32,38 @@ class Step {
   virtual ~Step() = default;
   virtual void run(const ExecState& state) = 0;
   virtual nlohmann::json describe() const = 0;
+  // Whether run() can take this execution's pointers (a TMA kernel needs 16-byte
+  // aligned operands); a FusedStep runs its unfused steps when not.
+  virtual bool accepts(const ExecState& state) const {
+    (void)state;
+    return true;
+  }
+};
+
+// Two nodes computed by one step (a gated_mul in its GEMM's epilogue), with the
+// two steps of the unfused form for the executions the fused step does not accept.
+class FusedStep final : public Step {
+ public:
+  FusedStep(std::unique_ptr<Step> fused, std::vector<std::unique_ptr<Step>> unfused)
+      : fused_(std::move(fused)), unfused_(std::move(unfused)) {}
+  void run(const ExecState& state) override {
+    if (fused_->accepts(state)) {
+      fused_->run(state);
+      return;
+    }
+    for (const auto& step : unfused_) step->run(state);
+  }
+  nlohmann::json describe() const override {
+    nlohmann::json description = fused_->describe();
+    nlohmann::json unfused = nlohmann::json::array();
+    for (const auto& step : unfused_) unfused.push_back(step->describe());
+    description["unaligned_pointers_run"] = unfused;
+    return description;
+  }
+
+ private:
+  std::unique_ptr<Step> fused_;
+  std::vector<std::unique_ptr<Step>> unfused_;
 };
 
 }  // namespace ge2

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,15 @@
 #include "ir/graph.hpp"
 
 namespace ge2 {
+
+// A gated unit's multiply computed in the GEMM's epilogue: the accumulator's
+// columns are [gate | up] (N = 2 * out.cols) and the step writes
+// out = act(gate) * up instead of D. Set by the plan for a GEMM whose only reader
+// is a gated_mul when the GEMM's kernel has KernelInfo::gated_epilogue.
+struct GatedOutput {
+  Activation act = Activation::None;
+  MatrixView out;
+};
 
 struct GemmProblem {
   DType dtype = DType::F16;
@@ -23,6 +33,7 @@ struct GemmProblem {
   std::int64_t bias_stride = 1;
   Activation act = Activation::None;
   float alpha = 1.0f, beta = 0.0f;
+  std::optional<GatedOutput> gated;
 
   double flops() const { return 2.0 * static_cast<double>(m) * n * k * batch; }
   // Bytes a kernel must move at least: A, B (and C) read once, D written once.

@@ -71,6 +71,10 @@ struct KernelInfo {
   // Quantizes f16/bf16 operands to FP8 e4m3 (per-tensor scales) and multiplies
   // those: chosen only under allow_fp8 and kept only within its error budget.
   bool fp8 = false;
+  // Computes a gated unit's act(gate) * up in its epilogue, from the accumulator's
+  // [gate | up] halves (the GEMM the gate/up concatenation made), so the plan
+  // runs no gated_mul pass after it (docs/cutlass.md).
+  bool gated_epilogue = false;
 };
 
 // Fitted to bench_gemm on the H200 (bench/results/2026-12-02-h200-run3):
@@ -131,6 +135,9 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      false,
      90,
      {680.0, 12.0, 0.45, 128, 128},
+     true,
+     0,
+     false,
      true},
     {KernelId::CutlassBf16Coop,
      "cutlass_bf16_128x256",
@@ -155,6 +162,9 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      false,
      90,
      {680.0, 12.0, 0.45, 128, 128},
+     true,
+     0,
+     false,
      true},
     {KernelId::CudaF32,
      "cuda_f32",
@@ -228,7 +238,11 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      std::nullopt,
      false,
      0,
-     {0.01, 1.0, 1.0, 1, 1}},
+     {0.01, 1.0, 1.0, 1, 1},
+     false,
+     0,
+     false,
+     true},
 }};
 
 constexpr bool kernel_rows_in_enum_order() {
@@ -250,6 +264,7 @@ constexpr bool is_cutlass_kernel(KernelId id) {
   return kernel_info(id).family == KernelFamily::Cutlass;
 }
 constexpr bool is_fp8_kernel(KernelId id) { return kernel_info(id).fp8; }
+constexpr bool has_gated_epilogue(KernelId id) { return kernel_info(id).gated_epilogue; }
 constexpr bool is_cublaslt_fp8_kernel(KernelId id) {
   return kernel_info(id).family == KernelFamily::CublasltFp8;
 }

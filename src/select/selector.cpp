@@ -95,6 +95,15 @@ double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& devi
   return total;
 }
 
+// The gated_mul pass an unfused gated unit runs after its GEMM: the 2I-wide
+// result read once, the I-wide product written (the same 0.8 of bandwidth as
+// the separate activation pass).
+double gated_pass_us(const GemmProblem& p, const DeviceInfo& device) {
+  const double bandwidth = device.memory_bandwidth_gbs > 0 ? device.memory_bandwidth_gbs : 100.0;
+  const double bytes = 1.5 * static_cast<double>(p.m) * p.n * p.batch * dtype_size(p.dtype);
+  return 3.0 + bytes / (bandwidth * 1e3 * 0.8);
+}
+
 }  // namespace
 
 GemmProblem staged_problem(const GemmProblem& p) {
@@ -143,7 +152,9 @@ GemmProblem fold_batch_into_m(const GemmProblem& p) {
   auto back_to_back = [&](const MatrixView& v) {
     return v.col_stride == 1 && v.batch_stride == p.m * v.row_stride;
   };
-  if (!back_to_back(a) || !back_to_back(p.d) || (p.has_c && !back_to_back(p.c))) return p;
+  if (!back_to_back(a) || !back_to_back(p.d) || (p.has_c && !back_to_back(p.c)) ||
+      (p.gated && !back_to_back(p.gated->out)))
+    return p;
   GemmProblem folded = p;
   folded.m = p.m * p.batch;
   folded.batch = 1;
@@ -154,7 +165,29 @@ GemmProblem fold_batch_into_m(const GemmProblem& p) {
   (p.trans_a ? folded.a.cols : folded.a.rows) = folded.m;
   folded.d.rows = folded.m;
   if (folded.has_c) folded.c.rows = folded.m;
+  if (folded.gated)
+    folded.gated->out = {1, folded.m, p.gated->out.cols, 0, p.gated->out.row_stride, 1};
   return folded;
+}
+
+std::string gated_epilogue_problem(const GemmProblem& p, KernelId kernel) {
+  if (!has_gated_epilogue(kernel))
+    return fmt::format("kernel '{}' has no gated epilogue", kernel_name(kernel));
+  if (!p.gated) return "not a gated unit";
+  if (p.has_c) return "the gated epilogue takes no C";
+  if (p.act != Activation::None) return "the GEMM has its own activation";
+  if (p.n % 2 != 0) return fmt::format("N = {} is odd", p.n);
+  if (!is_cutlass_kernel(kernel)) return "";
+  // The CUTLASS instances (gated_epilogue.cuh) read a weight copy interleaved in
+  // blocks of eight rows and store pairs of outputs.
+  if (p.n % 16 != 0) return fmt::format("I = N / 2 = {} is not a multiple of 8", p.n / 2);
+  if (!p.trans_b) return "B is not in [N, K] layout (trans_b)";
+  if (p.b.batch_stride != 0) return "B has a batch";
+  if (p.gated->out.col_stride != 1 && p.gated->out.cols != 1)
+    return "the gated output is not row-major";
+  if (p.gated->out.row_stride % 2 != 0 || p.gated->out.batch_stride % 2 != 0)
+    return "the gated output's rows do not start on 4-byte boundaries";
+  return "";
 }
 
 std::string fp8_layout_problem(const GemmProblem& problem) {
@@ -344,6 +377,14 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
         candidate.measured = true;
         candidate.reason = "measured by the tuner";
       }
+    }
+    if (problem.gated && !gated_epilogue_problem(problem, kernel).empty()) {
+      // The tuner times the GEMM alone: the gated_mul pass after it reads the
+      // 2I-wide result and writes half of it.
+      const double pass = gated_pass_us(problem, device);
+      candidate.estimated_us += pass;
+      candidate.model_us += pass;
+      candidate.reason += fmt::format(", + separate gated_mul pass ({:.1f} us)", pass);
     }
     const KernelInfo& info = kernel_info(kernel);
     candidate.needs_measurement =

@@ -56,6 +56,13 @@ std::string cublaslt_layout_problem(const GemmProblem& problem);
 // and a batch that either has its own operands or folds into M. Empty when they
 // can, else the reason (the plan shows it).
 std::string cutlass_layout_problem(const GemmProblem& problem);
+// Why `kernel` cannot compute the problem's gated unit (GemmProblem::gated) in
+// its epilogue: it has none (KernelInfo::gated_epilogue), a C, an activation of
+// the GEMM's own, an odd N; for the CUTLASS rows also I = N / 2 not a multiple
+// of 8 (they interleave the halves in blocks of eight), B not an unbatched
+// [N, K] weight (trans_b), a gated output that is not row-major with rows on
+// 4-byte boundaries (pairs of outputs are stored together). Empty when it can.
+std::string gated_epilogue_problem(const GemmProblem& problem, KernelId kernel);
 // Whether an FP8 row can run the problem: f16 or bf16, one batch (after folding
 // it into M), K a multiple of 16 (the e4m3 copies' rows are 16-byte aligned),
 // row-major C and D with 16-byte aligned rows, a contiguous bias. Empty when it

@@ -429,9 +429,9 @@ double DynamicFfn::run(Memory& memory, std::int64_t tokens) {
 std::string GluCase::label() const {
   return fmt::format(
       "glu {} act={} {}x{}x{} trans_b={} bias={} act_on_second={} constant={} "
-      "fuse={}",
+      "fuse={} force={} x_offset={} pad_y={}",
       static_cast<int>(dtype), static_cast<int>(act), tokens, hidden, intermediate, trans_b, bias,
-      act_on_second, constant_weights, fuse);
+      act_on_second, constant_weights, fuse, force_kernel ? force_kernel : "-", x_offset, pad_y);
 }
 
 GemmResult run_glu_case(ge2_context_t* context, Memory& memory, const GluCase& c) {
@@ -450,7 +450,8 @@ GemmResult run_glu_case(ge2_context_t* context, Memory& memory, const GluCase& c
   HostTensor bg = make_tensor(c.dtype, {n}), bu = make_tensor(c.dtype, {n});
   fill_random(bg);
   fill_random(bu);
-  HostTensor y = make_tensor(c.dtype, {t, n});
+  HostTensor y =
+      c.pad_y > 0 ? make_tensor(c.dtype, {t, n}, {n + c.pad_y, 1}) : make_tensor(c.dtype, {t, n});
   poison(y);
 
   GraphPtr graph = make_graph();
@@ -469,7 +470,11 @@ GemmResult run_glu_case(ge2_context_t* context, Memory& memory, const GluCase& c
   const ge2_tensor_desc_t dx = x.desc();
   ge2_value_t vx;
   GE2_CHECK(ge2_graph_add_input(graph.get(), "x", &dx, &vx));
-  bindings.push_back({"x", memory.upload(x)});
+  // x_offset: x's bytes uploaded behind that many elements, the binding past them.
+  HostTensor x_storage = make_tensor(c.dtype, {1, t * h + c.x_offset});
+  for (std::int64_t i = 0; i < t * h; ++i) x_storage.set(c.x_offset + i, x.get(i));
+  bindings.push_back({"x", static_cast<unsigned char*>(memory.upload(x_storage)) +
+                               c.x_offset * static_cast<std::int64_t>(x.element_size())});
   ge2_gemm_attrs_t attrs;
   GE2_CHECK(ge2_gemm_attrs_init(&attrs));
   attrs.trans_b = c.trans_b;
@@ -485,8 +490,15 @@ GemmResult run_glu_case(ge2_context_t* context, Memory& memory, const GluCase& c
   ge2_value_t out;
   GE2_CHECK(ge2_graph_add_elementwise(graph.get(), GE2_ELEMENTWISE_MUL, c.act_on_second ? up : gate,
                                       c.act_on_second ? gate : up, &out));
-  GE2_CHECK(ge2_graph_mark_output(graph.get(), out, "y", nullptr));
-  PlanPtr plan = compile_plan(context, graph.get(), c.fuse);
+  const ge2_tensor_desc_t dy = y.desc();
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), out, "y", c.pad_y > 0 ? &dy : nullptr));
+  ge2_compile_options_t options;
+  GE2_CHECK(ge2_compile_options_init(&options));
+  options.fuse = c.fuse;
+  options.force_kernel = c.force_kernel;
+  ge2_plan_t* raw_plan = nullptr;
+  GE2_CHECK(ge2_plan_compile(context, graph.get(), &options, &raw_plan));
+  PlanPtr plan(raw_plan);
   void* y_data = memory.upload(y);
   bindings.push_back({"y", y_data});
   GE2_CHECK(ge2_plan_execute(plan.get(), bindings.data(), bindings.size(), memory.stream()));
@@ -509,6 +521,10 @@ GemmResult run_glu_case(ge2_context_t* context, Memory& memory, const GluCase& c
     }
   GemmResult result;
   result.error = relative_error(y, ref, &pre);
+  for (std::int64_t r = 0; r + 1 < t;
+       ++r)  // the padding between rows (y's span ends at row t-1's end)
+    for (std::int64_t j = n; j < n + c.pad_y; ++j)
+      if (!std::isnan(y.get(r * (n + c.pad_y) + j))) ++result.padding_changed;
   const char* text = nullptr;
   GE2_CHECK(ge2_plan_describe(plan.get(), &text));
   result.plan_json = text;

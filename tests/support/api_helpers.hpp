@@ -152,8 +152,12 @@ struct GluCase {
   bool act_on_second = false;    // mul(up, act(gate)) instead of mul(act(gate), up)
   bool constant_weights = true;  // inputs instead leave the GEMMs apart
   bool fuse = true;
+  const char* force_kernel = nullptr;  // compile option force_kernel
+  std::int64_t x_offset = 0;           // x bound this many elements past an aligned pointer
+  std::int64_t pad_y = 0;              // y's rows this many elements longer (padding checked)
   std::string label() const;
 };
+// error: y against fp64; padding_changed: y's row padding elements written.
 GemmResult run_glu_case(ge2_context_t* context, Memory& memory, const GluCase& c);
 
 // One nn.Linear layer, d = act(a bᵀ + bias), as a compiled plan with inputs

@@ -26,7 +26,9 @@ class CpuGemmStep final : public Step {
         slot_pointer(s, slots_.bias), slot_pointer(s, slots_.d));
   }
   nlohmann::json describe() const override {
-    nlohmann::json j{{"name", kernel_name(kernel_)}, {"epilogue", "fused in the reference loop"}};
+    nlohmann::json j{{"name", kernel_name(kernel_)},
+                     {"epilogue", problem_.gated ? "act(gate) * up, in the reference loop"
+                                                 : "fused in the reference loop"}};
     if (kernel_ == KernelId::CpuFp8Ref) j["scales"] = "per-tensor, amax / 448";
     return j;
   }
@@ -84,6 +86,8 @@ class CpuBackend final : public Backend {
                                   KernelId kernel, bool, TuneUse) override {
     require(kernel_info(kernel).family == KernelFamily::CpuReference, GE2_ERROR_UNSUPPORTED,
             "the CPU backend cannot run kernel '{}'", kernel_name(kernel));
+    require(!problem.gated || has_gated_epilogue(kernel), GE2_ERROR_UNSUPPORTED,
+            "kernel '{}' has no gated epilogue", kernel_name(kernel));
     if (kernel == KernelId::CpuFp8Ref) {
       const std::string layout = fp8_layout_problem(problem);
       require(layout.empty(), GE2_ERROR_UNSUPPORTED, "{}", layout);

@@ -41,6 +41,19 @@ float round_to_e4m3(std::vector<float>& values) {
   return e4m3_scale(amax);
 }
 
+// out[batch, i, :] = act(gate) * up for the row's values [gate | up].
+void store_gated_row(const GatedOutput& gated, const std::vector<float>& row, std::int64_t batch,
+                     std::int64_t i, DType dtype, void* out) {
+  const MatrixView& o = gated.out;
+  const std::int64_t half = o.cols;
+  visit_activation(gated.act, [&](auto act) {
+    for (std::int64_t j = 0; j < half; ++j)
+      store_from_float(out, dtype, batch * o.batch_stride + i * o.row_stride + j * o.col_stride,
+                       gated_product(act, row[static_cast<std::size_t>(j)],
+                                     row[static_cast<std::size_t>(half + j)]));
+  });
+}
+
 void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c, const void* bias,
                void* d, bool fp8) {
   std::vector<float> packed_a, packed_b, row(static_cast<std::size_t>(p.n));
@@ -58,16 +71,19 @@ void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c
         for (std::int64_t j = 0; j < p.n; ++j) row[static_cast<std::size_t>(j)] += a_ik * b_row[j];
       }
       for (std::int64_t j = 0; j < p.n; ++j) {
-        float value = p.alpha * scale * row[static_cast<std::size_t>(j)];
+        float& value = row[static_cast<std::size_t>(j)];
+        value *= p.alpha * scale;
         if (p.has_c)
           value += p.beta * load_as_float(
                                 c, p.dtype,
                                 batch * p.c.batch_stride + i * p.c.row_stride + j * p.c.col_stride);
         if (p.has_bias) value += load_as_float(bias, p.dtype, j * p.bias_stride);
-        store_from_float(d, p.dtype,
-                         batch * p.d.batch_stride + i * p.d.row_stride + j * p.d.col_stride,
-                         apply_activation(p.act, value));
+        if (!p.gated)
+          store_from_float(d, p.dtype,
+                           batch * p.d.batch_stride + i * p.d.row_stride + j * p.d.col_stride,
+                           apply_activation(p.act, value));
       }
+      if (p.gated) store_gated_row(*p.gated, row, batch, i, p.dtype, d);
     }
   }
 }

@@ -138,8 +138,12 @@ AlgoChoice AlgoChooser::choose(LtMatmul& matmul, TuneUse tune) {
   return choice;
 }
 
-std::optional<double> AlgoChooser::measured(KernelId kernel, const GemmProblem& problem) {
+std::optional<double> AlgoChooser::measured(KernelId kernel, const GemmProblem& gemm) {
   if (mode_ == GE2_TUNE_OFF) return std::nullopt;
+  // Rows time the GEMM alone: a gated unit's multiply (GemmProblem::gated) is
+  // the selector's to account for, and the tuner runs the plain GEMM.
+  GemmProblem problem = gemm;
+  problem.gated.reset();
   const TuneKey key = make_tune_key(problem, kernel, device_);
   const std::string text = key.to_string();
   std::lock_guard lock(mutex_);

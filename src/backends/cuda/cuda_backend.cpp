@@ -127,6 +127,8 @@ class CudaBackend final : public Backend {
     GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
     require(kernel_info(kernel).family != KernelFamily::CpuReference, GE2_ERROR_UNSUPPORTED,
             "the CUDA backend cannot run kernel '{}'", kernel_name(kernel));
+    require(!problem.gated || has_gated_epilogue(kernel), GE2_ERROR_UNSUPPORTED,
+            "kernel '{}' has no gated epilogue", kernel_name(kernel));
     if (is_cublaslt_fp8_kernel(kernel))
       return make_fp8_gemm_step(
           lt_.get(), problem, kernel, slots, *chooser_, device_.sm_count,
@@ -140,6 +142,8 @@ class CudaBackend final : public Backend {
                             *chooser_, tune));
 #ifdef GE2_WITH_CUTLASS
     if (is_cutlass_kernel(kernel)) {
+      if (problem.gated)
+        return make_cutlass_gemm_step(problem, kernel, slots, ordinal_, device_.sm_count, nullptr);
       return make_cutlass_gemm_step(
           problem, kernel, slots, ordinal_, device_.sm_count,
           make_lt_gemm_step(lt_.get(), problem, cublaslt_kernel_for(problem.dtype), slots,
@@ -161,7 +165,15 @@ class CudaBackend final : public Backend {
     return is_cublaslt_fp8_kernel(kernel) ? fp8_scratch_bytes(problem, b_prepared) : 0;
   }
   std::unique_ptr<Buffer> prepare_gemm_weight(KernelId kernel, const GemmProblem& problem,
-                                              const void* b) override {
+                                              const void* b, const void* bias) override {
+#ifdef GE2_WITH_CUTLASS
+    if (problem.gated && is_cutlass_kernel(kernel)) {
+      GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
+      auto buffer = std::make_unique<DeviceBufferHolder>(gated_weight_bytes(problem));
+      prepare_gated_weight(problem, b, bias, buffer->data());
+      return buffer;
+    }
+#endif
     if (!is_cublaslt_fp8_kernel(kernel)) return nullptr;
     GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
     auto buffer = std::make_unique<DeviceBufferHolder>(fp8_weight_bytes(problem));

@@ -1,13 +1,15 @@
 // CUTLASS GEMM step: the kernel instance of the plan's kernel row, its whole
-// epilogue (alpha, C with beta, bias, activation) fused. Pointers that are not
-// 16-byte aligned (views at odd offsets) cannot be described to TMA; they run on
-// the cuBLASLt step built beside it at compile time.
+// epilogue (alpha, C with beta, bias, activation, or a gated unit's multiply) fused. Pointers that
+// are not 16-byte aligned (views at odd offsets) cannot be described to TMA; they run on the
+// cuBLASLt step built beside it at compile time.
 #include <fmt/format.h>
 
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <vector>
 
+#include "backends/cuda/cuda_errors.hpp"
 #include "backends/cuda/cutlass/gemm_launcher.hpp"
 #include "backends/cuda/gemm_steps.hpp"
 #include "backends/cuda/kernels.hpp"
@@ -29,45 +31,66 @@ using cutlass_kernels::GemmLauncher;
 struct CutlassInstance {
   KernelId kernel;
   std::optional<Activation> compiled;  // empty: the activation is a kernel argument
+  bool gated;                          // the gated epilogue (gated_epilogue.cuh)
   std::unique_ptr<GemmLauncher> (*make)();
 };
 namespace k = cutlass_kernels;
+constexpr auto kF16 = KernelId::CutlassF16Pingpong128, kBf16 = KernelId::CutlassBf16Pingpong128;
 constexpr CutlassInstance kInstances[] = {
-    {KernelId::CutlassF16Coop, std::nullopt, k::make_f16_cooperative_128x256},
-    {KernelId::CutlassF16Pingpong, std::nullopt, k::make_f16_pingpong_64x128},
-    {KernelId::CutlassF16Pingpong128, std::nullopt, k::make_f16_pingpong_128x128},
-    {KernelId::CutlassF16Pingpong128, Activation::GeluErf, k::make_f16_pingpong_128x128_gelu_erf},
-    {KernelId::CutlassF16Pingpong128, Activation::Silu, k::make_f16_pingpong_128x128_silu},
-    {KernelId::CutlassBf16Coop, std::nullopt, k::make_bf16_cooperative_128x256},
-    {KernelId::CutlassBf16Pingpong, std::nullopt, k::make_bf16_pingpong_64x128},
-    {KernelId::CutlassBf16Pingpong128, std::nullopt, k::make_bf16_pingpong_128x128},
-    {KernelId::CutlassBf16Pingpong128, Activation::GeluErf, k::make_bf16_pingpong_128x128_gelu_erf},
-    {KernelId::CutlassBf16Pingpong128, Activation::Silu, k::make_bf16_pingpong_128x128_silu},
+    {KernelId::CutlassF16Coop, std::nullopt, false, k::make_f16_cooperative_128x256},
+    {KernelId::CutlassF16Pingpong, std::nullopt, false, k::make_f16_pingpong_64x128},
+    {kF16, std::nullopt, false, k::make_f16_pingpong_128x128},
+    {kF16, Activation::GeluErf, false, k::make_f16_pingpong_128x128_gelu_erf},
+    {kF16, Activation::Silu, false, k::make_f16_pingpong_128x128_silu},
+    {kF16, std::nullopt, true, k::make_f16_pingpong_128x128_gated},
+    {KernelId::CutlassBf16Coop, std::nullopt, false, k::make_bf16_cooperative_128x256},
+    {KernelId::CutlassBf16Pingpong, std::nullopt, false, k::make_bf16_pingpong_64x128},
+    {kBf16, std::nullopt, false, k::make_bf16_pingpong_128x128},
+    {kBf16, Activation::GeluErf, false, k::make_bf16_pingpong_128x128_gelu_erf},
+    {kBf16, Activation::Silu, false, k::make_bf16_pingpong_128x128_silu},
+    {kBf16, std::nullopt, true, k::make_bf16_pingpong_128x128_gated},
 };
-constexpr bool every_cutlass_row_has_a_runtime_instance() {
+// Every CUTLASS row has a run-time-activation instance, and a gated one exactly
+// when the kernel table says it has the gated epilogue.
+constexpr bool instances_cover_the_rows() {
   for (const KernelInfo& row : kKernels) {
     if (row.family != KernelFamily::Cutlass) continue;
-    bool found = false;
-    for (const CutlassInstance& instance : kInstances)
-      found = found || (instance.kernel == row.id && !instance.compiled);
-    if (!found) return false;
+    bool runtime = false, gated = false;
+    for (const CutlassInstance& instance : kInstances) {
+      if (instance.kernel != row.id) continue;
+      runtime = runtime || (!instance.compiled && !instance.gated);
+      gated = gated || instance.gated;
+    }
+    if (!runtime || gated != row.gated_epilogue) return false;
   }
   return true;
 }
-static_assert(every_cutlass_row_has_a_runtime_instance(),
-              "a CUTLASS kernel row has no run-time-activation instance");
+static_assert(instances_cover_the_rows(),
+              "a CUTLASS kernel row lacks its run-time-activation or gated instance");
 
-// The instance of `kernel` with `act` compiled in, else its run-time one.
-std::unique_ptr<GemmLauncher> make_launcher(KernelId kernel, Activation act) {
+// The gated instance of `kernel` for a gated problem; else its instance with
+// `act` compiled in, else its run-time one.
+std::unique_ptr<GemmLauncher> make_launcher(KernelId kernel, Activation act, bool gated) {
   const CutlassInstance* runtime = nullptr;
   for (const CutlassInstance& instance : kInstances) {
-    if (instance.kernel != kernel) continue;
-    if (instance.compiled == act) return instance.make();
+    if (instance.kernel != kernel || instance.gated != gated) continue;
+    if (gated || instance.compiled == act) return instance.make();
     if (!instance.compiled) runtime = &instance;
   }
-  require(runtime != nullptr, GE2_ERROR_INTERNAL, "kernel '{}' is not a CUTLASS kernel",
-          kernel_name(kernel));
+  require(runtime != nullptr, GE2_ERROR_UNSUPPORTED, "kernel '{}' has no {}CUTLASS instance",
+          kernel_name(kernel), gated ? "gated-epilogue " : "");
   return runtime->make();
+}
+
+// A gated weight as the gated instances read it (gated_epilogue.cuh): op(B)'s
+// rows [gate | up] interleaved in blocks of kGatedBlock (rows 16j..16j+7 gate
+// rows 8j..8j+7, then the up rows 8j..8j+7) and dense, [N, K]; then, at a
+// 256-byte boundary, the bias interleaved likewise.
+constexpr std::size_t kGatedBlock = 8;
+std::size_t gated_bias_offset(const GemmProblem& p) {
+  const std::size_t weight =
+      static_cast<std::size_t>(p.n) * static_cast<std::size_t>(p.k) * dtype_size(p.dtype);
+  return (weight + 255) / 256 * 256;
 }
 
 // Shapes, strides and epilogue of the problem; pointers are filled in per run.
@@ -89,6 +112,12 @@ GemmArgs base_arguments(const GemmProblem& p, int device, int sm_count) {
   g.alpha = p.alpha;
   g.beta = p.has_c ? p.beta : 0.0f;
   g.activation = static_cast<int>(p.act);
+  if (p.gated) {
+    g.ldb = p.k;  // the prepared, dense copy
+    g.ldd = p.gated->out.row_stride;
+    g.batch_stride_d = p.gated->out.batch_stride;
+    g.activation = static_cast<int>(p.gated->act);
+  }
   g.device = device;
   g.sm_count = sm_count;
   return g;
@@ -104,6 +133,9 @@ GemmArgs with_pointers(GemmArgs base, const GemmProblem& p, const LtPointers& po
   return base;
 }
 
+// A gated problem (GemmProblem::gated) reads B and the bias from the copy
+// prepare_gated_weight made (GemmSlots::b_prepared) and has no fallback of its
+// own: the plan's FusedStep runs the unfused steps when accepts() says no.
 class CutlassGemmStep final : public Step {
  public:
   CutlassGemmStep(const GemmProblem& problem, KernelId kernel, const GemmSlots& slots, int device,
@@ -112,10 +144,15 @@ class CutlassGemmStep final : public Step {
         folded_(problem_.batch != problem.batch),
         kernel_(kernel),
         slots_(slots),
-        launcher_(make_launcher(kernel, problem.act)),
+        launcher_(make_launcher(kernel, problem.act, problem.gated.has_value())),
         fallback_(std::move(unaligned_fallback)) {
-    const std::string layout = cutlass_layout_problem(problem_);
+    std::string layout = cutlass_layout_problem(problem_);
+    if (layout.empty() && problem_.gated) layout = gated_epilogue_problem(problem_, kernel);
     require(layout.empty(), GE2_ERROR_UNSUPPORTED, "{}", layout);
+    require(!problem_.gated || slots_.b_prepared >= 0, GE2_ERROR_INTERNAL,
+            "{}: a gated GEMM without its prepared weight", kernel_name(kernel));
+    require(problem_.gated || fallback_ != nullptr, GE2_ERROR_INTERNAL,
+            "{}: no step for unaligned pointers", kernel_name(kernel));
     base_ = base_arguments(problem_, device, sm_count);
     // CUTLASS's own shape and stride rules, with stand-in aligned pointers.
     GemmArgs probe = base_;
@@ -126,16 +163,23 @@ class CutlassGemmStep final : public Step {
     require(refusal.empty(), GE2_ERROR_UNSUPPORTED, "{}", refusal);
   }
 
+  bool accepts(const ExecState& s) const override {
+    if (!problem_.gated) return true;             // its own fallback takes unaligned pointers
+    return aligned16(slot_pointer(s, slots_.a));  // B is the plan's aligned copy
+  }
+
   void run(const ExecState& s) override {
-    const GemmArgs g = with_pointers(
-        base_, problem_,
-        {slot_pointer(s, slots_.a), slot_pointer(s, slots_.b), slot_pointer(s, slots_.c),
-         slot_pointer(s, slots_.bias), slot_pointer(s, slots_.d)});
-    for (const void* p : {g.a, g.b, g.c, static_cast<const void*>(g.d), g.bias})
-      if (p != nullptr && !aligned16(p)) {
-        fallback_->run(s);
-        return;
-      }
+    const GemmArgs g = arguments(s);
+    if (problem_.gated) {
+      require(accepts(s), GE2_ERROR_INTERNAL, "{}: gated GEMM run with an unaligned A or D",
+              kernel_name(kernel_));
+    } else {
+      for (const void* p : {g.a, g.b, g.c, static_cast<const void*>(g.d), g.bias})
+        if (p != nullptr && !aligned16(p)) {
+          fallback_->run(s);
+          return;
+        }
+    }
     const std::string failure =
         launcher_->launch(g, s.workspace, s.workspace_bytes, static_cast<cudaStream_t>(s.stream));
     require(failure.empty(), GE2_ERROR_CUDA, "{} ({}): {}", kernel_name(kernel_),
@@ -143,11 +187,28 @@ class CutlassGemmStep final : public Step {
   }
 
   nlohmann::json describe() const override {
-    return fused_kernel_description(kernel_name(kernel_), "cutlass", launcher_->configuration(),
-                                    problem_, folded_, fallback_.get());
+    nlohmann::json j =
+        fused_kernel_description(kernel_name(kernel_), "cutlass", launcher_->configuration(),
+                                 problem_, folded_, fallback_.get());
+    if (problem_.gated)
+      j["epilogue"] = fmt::format("act(gate) * up, act = {}, on B rows interleaved at compile",
+                                  activation_name(problem_.gated->act));
+    return j;
   }
 
  private:
+  GemmArgs arguments(const ExecState& s) const {
+    if (!problem_.gated)
+      return with_pointers(
+          base_, problem_,
+          {slot_pointer(s, slots_.a), slot_pointer(s, slots_.b), slot_pointer(s, slots_.c),
+           slot_pointer(s, slots_.bias), slot_pointer(s, slots_.d)});
+    auto* prepared = static_cast<unsigned char*>(slot_pointer(s, slots_.b_prepared));
+    return with_pointers(base_, problem_,
+                         {slot_pointer(s, slots_.a), prepared, nullptr,
+                          prepared + gated_bias_offset(problem_), slot_pointer(s, slots_.d)});
+  }
+
   GemmProblem problem_;
   bool folded_;
   KernelId kernel_;
@@ -172,7 +233,7 @@ class CutlassTimer final : public FamilyTimer {
   std::optional<TimedKernel> time(KernelId kernel, const GemmProblem& original) override {
     const GemmProblem problem = fold_batch_into_m(original);
     if (!cutlass_layout_problem(problem).empty()) return std::nullopt;
-    const std::unique_ptr<GemmLauncher> launcher = make_launcher(kernel, problem.act);
+    const std::unique_ptr<GemmLauncher> launcher = make_launcher(kernel, problem.act, false);
     const GemmArgs base = base_arguments(problem, device_, sm_count_);
     TimingRig rig(problem, l2_bytes_, workspace_);
     auto arguments = [&](int set, void* d) {
@@ -204,8 +265,8 @@ class CutlassTimer final : public FamilyTimer {
 
   bool row_matches(KernelId kernel, const GemmProblem& problem,
                    const nlohmann::json& stored) const override {
-    return stored.is_object() &&
-           stored.value("configuration", "") == make_launcher(kernel, problem.act)->configuration();
+    return stored.is_object() && stored.value("configuration", "") ==
+                                     make_launcher(kernel, problem.act, false)->configuration();
   }
 
  private:
@@ -219,6 +280,50 @@ class CutlassTimer final : public FamilyTimer {
 std::unique_ptr<FamilyTimer> make_cutlass_timer(int device, int sm_count, int l2_bytes,
                                                 std::size_t workspace_bytes, const Logger& logger) {
   return std::make_unique<CutlassTimer>(device, sm_count, l2_bytes, workspace_bytes, logger);
+}
+
+std::size_t gated_weight_bytes(const GemmProblem& problem) {
+  return gated_bias_offset(problem) +
+         static_cast<std::size_t>(problem.n) * dtype_size(problem.dtype);
+}
+
+void prepare_gated_weight(const GemmProblem& problem, const void* b, const void* bias,
+                          void* prepared) {
+  const std::size_t element = dtype_size(problem.dtype);
+  const auto half = static_cast<std::size_t>(problem.n / 2);
+  require(half % kGatedBlock == 0, GE2_ERROR_INTERNAL,
+          "gated weight: I = {} is not a multiple of {}", half, kGatedBlock);
+  const MatrixView op_b = problem.op_b();  // K x N: column j of op(B) is row j of B's [N, K]
+  require(op_b.row_stride == 1, GE2_ERROR_INTERNAL, "gated weight: op(B) is not K-contiguous");
+  const std::size_t row = static_cast<std::size_t>(problem.k) * element;
+  const std::size_t source_pitch = static_cast<std::size_t>(op_b.col_stride) * element;
+  auto* out = static_cast<unsigned char*>(prepared);
+  const auto* in = static_cast<const unsigned char*>(b);
+  // Block j of kGatedBlock gate rows to rows 2j * kGatedBlock..., the up rows after them: a
+  // 3-D copy of I / kGatedBlock slices of kGatedBlock rows each, per half.
+  for (std::size_t part = 0; part < 2; ++part) {
+    cudaMemcpy3DParms copy{};
+    copy.srcPtr = make_cudaPitchedPtr(const_cast<unsigned char*>(in) + part * half * source_pitch,
+                                      source_pitch, row, kGatedBlock);
+    copy.dstPtr = make_cudaPitchedPtr(out + part * kGatedBlock * row, row, row, 2 * kGatedBlock);
+    copy.extent = make_cudaExtent(row, kGatedBlock, half / kGatedBlock);
+    copy.kind = cudaMemcpyDeviceToDevice;
+    GE2_CUDA_CHECK(cudaMemcpy3D(&copy));
+  }
+  if (bias == nullptr) return;
+  // The bias is small: reordered on the host.
+  const std::size_t bias_pitch = static_cast<std::size_t>(problem.bias_stride) * element;
+  std::vector<unsigned char> source(2 * half * bias_pitch), interleaved(2 * half * element);
+  GE2_CUDA_CHECK(cudaMemcpy(source.data(), bias, (2 * half - 1) * bias_pitch + element,
+                            cudaMemcpyDeviceToHost));
+  for (std::size_t j = 0; j < 2 * half; ++j) {
+    const std::size_t part = j / half, within = j % half;
+    const std::size_t to =
+        (within / kGatedBlock) * 2 * kGatedBlock + part * kGatedBlock + within % kGatedBlock;
+    std::memcpy(interleaved.data() + to * element, source.data() + j * bias_pitch, element);
+  }
+  GE2_CUDA_CHECK(cudaMemcpy(out + gated_bias_offset(problem), interleaved.data(),
+                            interleaved.size(), cudaMemcpyHostToDevice));
 }
 
 std::unique_ptr<Step> make_cutlass_gemm_step(const GemmProblem& problem, KernelId kernel,

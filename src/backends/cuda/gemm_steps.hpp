@@ -29,10 +29,17 @@ std::unique_ptr<Step> make_staged_gemm_step(cublasLtHandle_t handle, const GemmP
                                             KernelId kernel, const GemmSlots& slots,
                                             AlgoChooser& chooser, TuneUse tune);
 // A CUTLASS kernel row (sm90a builds with CUTLASS only); `unaligned_fallback`
-// runs executions whose pointers are not 16-byte aligned.
+// runs executions whose pointers are not 16-byte aligned (none for a gated
+// problem, whose step's accepts() the plan asks instead).
 std::unique_ptr<Step> make_cutlass_gemm_step(const GemmProblem& problem, KernelId kernel,
                                              const GemmSlots& slots, int device, int sm_count,
                                              std::unique_ptr<Step> unaligned_fallback);
+// Bytes of a gated GEMM's weight and bias as the gated CUTLASS instances read
+// them, and the copy itself, made synchronously from the constant B and bias
+// (GemmProblem::gated; CUTLASS builds only).
+std::size_t gated_weight_bytes(const GemmProblem& problem);
+void prepare_gated_weight(const GemmProblem& problem, const void* b, const void* bias,
+                          void* prepared);
 // Times the CUTLASS rows for the tuning mode (CUTLASS builds only).
 std::unique_ptr<FamilyTimer> make_cutlass_timer(int device, int sm_count, int l2_bytes,
                                                 std::size_t workspace_bytes, const Logger& logger);

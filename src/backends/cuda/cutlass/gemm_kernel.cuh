@@ -1,21 +1,25 @@
-// One CUTLASS 3.x sm90a GEMM with ge2's epilogue, D = act(alpha * acc + beta * C
-// + bias): the TMA warp-specialized mainloop built by CollectiveBuilder and the
-// LinCombPerColBiasEltAct epilogue fusion with the run-time activation. An
-// instance file picks the element type and the tile configuration.
+// CUTLASS 3.x sm90a GEMMs with ge2's epilogues: the TMA warp-specialized
+// mainloop built by CollectiveBuilder with either the LinCombPerColBiasEltAct
+// epilogue fusion, D = act(alpha * acc + beta * C + bias), or the gated epilogue
+// (gated_epilogue.cuh). An instance file picks the element type, the tile
+// configuration and the epilogue.
 #pragma once
 
 #include <cutlass/cutlass.h>
 #include <cutlass/gemm/device/gemm_universal_adapter.h>
 #include <cute/tensor.hpp>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/collective/detail.hpp>
 #include <cutlass/epilogue/fusion/operations.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/util/packed_stride.hpp>
 
+#include <cstdint>
 #include <mutex>
 #include <type_traits>
 
+#include "backends/cuda/cutlass/gated_epilogue.cuh"
 #include "backends/cuda/cutlass/gemm_launcher.hpp"
 #include "backends/cuda/cutlass/runtime_activation.cuh"
 
@@ -56,34 +60,16 @@ template <typename Functor>
 struct TakesActivationArgument<Functor, std::void_t<typename Functor::Arguments>> : std::true_type {
 };
 
-// Activation: RuntimeActivation (the activation is a kernel argument) or
-// CompiledActivation<F>::Fn (one functor compiled into the epilogue).
-template <typename Element, typename Config, template <class> class Activation = RuntimeActivation>
-class CutlassGemm final : public GemmLauncher {
-  static constexpr bool kRuntimeActivation = TakesActivationArgument<Activation<float>>::value;
-  static constexpr int kAlignment = 16 / sizeof(Element);
-  using RowMajor = ::cutlass::layout::RowMajor;
-  using ColumnMajor = ::cutlass::layout::ColumnMajor;  // B as [N, K]: K contiguous
-  using Fusion = ::cutlass::epilogue::fusion::LinCombPerColBiasEltAct<Activation, Element, float,
-                                                                      Element, Element, float>;
-  using CollectiveEpilogue = typename ::cutlass::epilogue::collective::CollectiveBuilder<
-      ::cutlass::arch::Sm90, ::cutlass::arch::OpClassTensorOp, typename Config::Tile,
-      typename Config::Cluster, ::cutlass::epilogue::collective::EpilogueTileAuto, float, float,
-      Element, RowMajor, kAlignment, Element, RowMajor, kAlignment, typename Config::Epilogue,
-      Fusion>::CollectiveOp;
-  using CollectiveMainloop = typename ::cutlass::gemm::collective::CollectiveBuilder<
-      ::cutlass::arch::Sm90, ::cutlass::arch::OpClassTensorOp, Element, RowMajor, kAlignment,
-      Element, ColumnMajor, kAlignment, float, typename Config::Tile, typename Config::Cluster,
-      ::cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
-          sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      typename Config::Mainloop>::CollectiveOp;
-  using Kernel = ::cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
-                                                        CollectiveMainloop, CollectiveEpilogue>;
-  using Gemm = ::cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+// The kernel-parameter cache and launch every instance shares. Types supplies
+// the CUTLASS device adapter (Types::Gemm), the GemmArgs -> Gemm::Arguments
+// conversion and the configuration's name.
+template <typename Types>
+class CachedLauncher final : public GemmLauncher {
+  using Gemm = typename Types::Gemm;
 
  public:
   std::string check(const GemmArgs& args) const override {
-    const auto arguments = to_arguments(args);
+    const auto arguments = Types::to_arguments(args);
     const ::cutlass::Status status = Gemm::can_implement(arguments);
     if (status == ::cutlass::Status::kSuccess) return "";
     return std::string("CUTLASS cannot implement it: ") + ::cutlass::cutlassGetStatusString(status);
@@ -96,7 +82,7 @@ class CutlassGemm final : public GemmLauncher {
     std::lock_guard lock(mutex_);
     // The parameters hold the workspace pointer too (another stream, another workspace).
     if (!initialized_ || !same_arguments(args, last_) || workspace != last_workspace_) {
-      const auto arguments = to_arguments(args);
+      const auto arguments = Types::to_arguments(args);
       if (Gemm::get_workspace_size(arguments) > workspace_bytes)
         return "the CUTLASS kernel needs more workspace than the stream's";
       const ::cutlass::Status status = gemm_.initialize(arguments, workspace, stream);
@@ -115,11 +101,46 @@ class CutlassGemm final : public GemmLauncher {
     return "";
   }
 
-  std::string configuration() const override {
-    return std::string(Config::kName) + (kRuntimeActivation ? "" : ", activation compiled in");
-  }
+  std::string configuration() const override { return Types::configuration(); }
 
  private:
+  Gemm gemm_;
+  GemmArgs last_;
+  void* last_workspace_ = nullptr;
+  bool initialized_ = false;
+  std::mutex mutex_;
+};
+
+// The TMA warp-specialized mainloop of a configuration, with shared memory
+// carved out for `EpilogueStorage`: A row-major, B as [N, K] (K contiguous).
+template <typename Element, typename Config, typename EpilogueStorage>
+using Mainloop = typename ::cutlass::gemm::collective::CollectiveBuilder<
+    ::cutlass::arch::Sm90, ::cutlass::arch::OpClassTensorOp, Element, ::cutlass::layout::RowMajor,
+    16 / sizeof(Element), Element, ::cutlass::layout::ColumnMajor, 16 / sizeof(Element), float,
+    typename Config::Tile, typename Config::Cluster,
+    ::cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(EpilogueStorage))>,
+    typename Config::Mainloop>::CollectiveOp;
+
+// D = act(alpha * A B^T + beta * C + bias). Activation: RuntimeActivation (the
+// activation is a kernel argument) or CompiledActivation<F>::Fn (one functor
+// compiled into the epilogue).
+template <typename Element, typename Config, template <class> class Activation>
+struct FusedGemmTypes {
+  static constexpr bool kRuntimeActivation = TakesActivationArgument<Activation<float>>::value;
+  static constexpr int kAlignment = 16 / sizeof(Element);
+  using RowMajor = ::cutlass::layout::RowMajor;
+  using Fusion = ::cutlass::epilogue::fusion::LinCombPerColBiasEltAct<Activation, Element, float,
+                                                                      Element, Element, float>;
+  using CollectiveEpilogue = typename ::cutlass::epilogue::collective::CollectiveBuilder<
+      ::cutlass::arch::Sm90, ::cutlass::arch::OpClassTensorOp, typename Config::Tile,
+      typename Config::Cluster, ::cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      Element, RowMajor, kAlignment, Element, RowMajor, kAlignment, typename Config::Epilogue,
+      Fusion>::CollectiveOp;
+  using Kernel = ::cutlass::gemm::kernel::GemmUniversal<
+      cute::Shape<int, int, int, int>,
+      Mainloop<Element, Config, typename CollectiveEpilogue::SharedStorage>, CollectiveEpilogue>;
+  using Gemm = ::cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
   static typename Gemm::Arguments to_arguments(const GemmArgs& g) {
     using StrideA = typename Gemm::GemmKernel::StrideA;
     using StrideB = typename Gemm::GemmKernel::StrideB;
@@ -149,11 +170,48 @@ class CutlassGemm final : public GemmLauncher {
     return arguments;
   }
 
-  Gemm gemm_;
-  GemmArgs last_;
-  void* last_workspace_ = nullptr;
-  bool initialized_ = false;
-  std::mutex mutex_;
+  static std::string configuration() {
+    return std::string(Config::kName) + (kRuntimeActivation ? "" : ", activation compiled in");
+  }
 };
+
+template <typename Element, typename Config, template <class> class Activation = RuntimeActivation>
+using CutlassGemm = CachedLauncher<FusedGemmTypes<Element, Config, Activation>>;
+
+// The gated form (gated_epilogue.cuh): g.n is the accumulator's width (gate
+// and up interleaved), D is [M, n / 2]; no C.
+template <typename Element, typename Config>
+struct GatedGemmTypes {
+  using CollectiveEpilogue = ::cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
+      GatedEpilogue<Element>>;
+  using Kernel = ::cutlass::gemm::kernel::GemmUniversal<
+      cute::Shape<int, int, int, int>,
+      Mainloop<Element, Config, typename GatedEpilogue<Element>::SharedStorage>,
+      CollectiveEpilogue>;
+  using Gemm = ::cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  static typename Gemm::Arguments to_arguments(const GemmArgs& g) {
+    typename Gemm::GemmKernel::StrideA stride_a{g.lda, cute::Int<1>{}, g.batch_stride_a};
+    typename Gemm::GemmKernel::StrideB stride_b{g.ldb, cute::Int<1>{}, g.batch_stride_b};
+    typename GatedEpilogue<Element>::Arguments epilogue;
+    epilogue.d = static_cast<Element*>(g.d);
+    epilogue.ldd = g.ldd;
+    epilogue.batch_stride_d = g.batch_stride_d;
+    epilogue.bias = static_cast<const Element*>(g.bias);
+    epilogue.alpha = g.alpha;
+    epilogue.activation = g.activation;
+    return {
+        ::cutlass::gemm::GemmUniversalMode::kGemm,
+        {g.m, g.n, g.k, g.batch},
+        {static_cast<const Element*>(g.a), stride_a, static_cast<const Element*>(g.b), stride_b},
+        epilogue,
+        ::cutlass::KernelHardwareInfo{g.device, g.sm_count}};
+  }
+
+  static std::string configuration() { return std::string(Config::kName) + ", gated epilogue"; }
+};
+
+template <typename Element, typename Config>
+using CutlassGatedGemm = CachedLauncher<GatedGemmTypes<Element, Config>>;
 
 }  // namespace ge2::cuda::cutlass_kernels

@@ -68,5 +68,9 @@ std::unique_ptr<GemmLauncher> make_f16_pingpong_128x128_gelu_erf();
 std::unique_ptr<GemmLauncher> make_f16_pingpong_128x128_silu();
 std::unique_ptr<GemmLauncher> make_bf16_pingpong_128x128_gelu_erf();
 std::unique_ptr<GemmLauncher> make_bf16_pingpong_128x128_silu();
+// The gated epilogue (gated_epilogue.cuh): n is the accumulator's width, gate
+// and up interleaved in B's rows and the bias; D is [M, n / 2]; no C.
+std::unique_ptr<GemmLauncher> make_f16_pingpong_128x128_gated();
+std::unique_ptr<GemmLauncher> make_bf16_pingpong_128x128_gated();
 
 }  // namespace ge2::cuda::cutlass_kernels
