@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 through the device tool (see docs/gpu-validation.md):
-#   scripts/gpu-check.sh [tests|cutlass|epilogue|reliability|sanitize|tune|notebook|profile|dynamic|fp8|ffn|torch|skinny|bench|all]...
+#   scripts/gpu-check.sh [tests|cutlass|epilogue|reliability|sanitize|tune|notebook|profile|dynamic|fp8|gated|ffn|torch|skinny|bench|all]...
 # Uses the build folder made on the development machine (build-gpu, carried;
 # the device lacks sqlite3.h), runs the gpu-labelled tests, the sample, the
 # sanitizers and the benchmarks, and prints a short table last. Logs go to $OUT.
@@ -179,6 +179,19 @@ for mode in $modes; do
       timeout "${FP8_TIMEOUT:-400}" python3 "$ROOT/bench/fp8_blocks.py" --out "$OUT" ${FP8_ARGS:-} > "$OUT/fp8_blocks.log" 2>&1
     note "fp8 blocks: exit $? ($(grep -c 'tokens\|GEMM' "$OUT/fp8_blocks.log") rows)"
     kill $clocks_pid 2>/dev/null
+    ;;&
+  gated | all)
+    # The gated epilogue: its GPU cases, the same under memcheck, and the
+    # gated-unit benchmark (GATED_ARGS, e.g. --quick).
+    "$BUILD/tests/ge2_gpu_tests" -tc='gpu cutlass: the gated*' > "$OUT/gpu_gated.log" 2>&1
+    note "gpu gated cases: exit $? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_gated.log" | tr '\n' ' ')"
+    compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" \
+      -tc='gpu cutlass: the gated*' > "$OUT/sanitizer-gated.log" 2>&1
+    note "compute-sanitizer memcheck (gated cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-gated.log" | tail -1))"
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$ROOT/bench PYTHONUNBUFFERED=1 \
+      timeout "${GATED_TIMEOUT:-400}" python3 "$ROOT/bench/gated_layers.py" --out "$OUT" ${GATED_ARGS:-} \
+      > "$OUT/gated_layers.log" 2>&1
+    note "gated layers: exit $? ($(grep -c ' us ' "$OUT/gated_layers.log") rows)"
     ;;&
   ffn | all)
     # FFN blocks against PyTorch eager, CUDA graph (and torch.compile with FFN_ARGS=--compile).
