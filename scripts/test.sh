@@ -53,8 +53,10 @@ python3 -m pip wheel -q --no-build-isolation --no-deps -w /tmp/ge2-wheel \
 python3 -m venv --system-site-packages /tmp/ge2-venv
 /tmp/ge2-venv/bin/python -m pip install -q --no-deps /tmp/ge2-wheel/ge2-*.whl
 (cd /tmp && env -u GE2_LIBRARY -u PYTHONPATH /tmp/ge2-venv/bin/python -c "
-import numpy as np, ge2
+import importlib.metadata, numpy as np, ge2
 assert ge2.__file__.startswith('/tmp/ge2-venv/'), ge2.__file__
+# One version: the wheel's metadata, the package and the library it carries.
+assert importlib.metadata.version('ge2') == ge2.__version__, importlib.metadata.version('ge2')
 a, b = np.random.rand(8, 16).astype(np.float32), np.random.rand(16, 4).astype(np.float32)
 with ge2.Context(device='cpu') as ctx:
     error = float(np.abs(ge2.gemm_bias_act(a, b, context=ctx) - a @ b).max())
