@@ -63,6 +63,10 @@ with ge2.Context(device='cpu') as ctx:
 assert error < 1e-5, error
 print('wheel:', ge2.__file__, ge2.__version__, 'max error', error)")
 
+# "Wheels only": the CUDA build loaded with the toolkit hidden and NVIDIA's runtime wheels
+# in a fresh venv (SKIPPED where the machine cannot hide the toolkit or reach PyPI).
+bash scripts/check-wheels-only.sh build
+
 step "4. consumers of an installed build: find_package, pkg-config, static"
 rm -rf /tmp/ge2-prefix /tmp/ge2-consumer
 cmake --install build-cpu --prefix /tmp/ge2-prefix > /dev/null

@@ -82,16 +82,65 @@ def _candidates():
     yield Path("libge2.so")  # the system loader's search path
 
 
+# The CUDA libraries a CUDA build of libge2 needs, by soname. Without a CUDA toolkit on the
+# loader's path they may come from NVIDIA's wheels (nvidia-cuda-runtime, nvidia-cublas), which
+# install them under site-packages/nvidia/cu13/lib.
+CUDA_SONAMES = ("libcudart.so.13", "libcublasLt.so.13")
+WHEEL_LIBRARIES: list[str] = []  # what load_library preloaded from those wheels, if anything
+
+
+def _wheel_library_dirs():
+    """The nvidia/cu13/lib folders of the NVIDIA wheels on sys.path (a namespace package)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("nvidia")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        folder = Path(location) / "cu13" / "lib"
+        if folder.is_dir():
+            yield folder
+
+
+def _preload_wheel_libraries() -> list[str]:
+    """Loads the CUDA runtime and cuBLASLt from NVIDIA's wheels, globally, so that libge2's
+    dependencies on their sonames resolve to them (as PyTorch does). Returns the paths loaded."""
+    loaded = []
+    for soname in CUDA_SONAMES:
+        for folder in _wheel_library_dirs():
+            if (folder / soname).is_file():
+                ctypes.CDLL(str(folder / soname), mode=ctypes.RTLD_GLOBAL)
+                loaded.append(str(folder / soname))
+                break
+    return loaded
+
+
 def load_library() -> ctypes.CDLL:
+    """libge2 from GE2_LIBRARY, the package folder (a wheel), a build folder of the repository or
+    the system's search path. A CUDA build whose CUDA libraries the loader cannot find (no
+    toolkit) takes them from NVIDIA's runtime wheels where those are installed."""
     errors = []
     for path in _candidates():
         try:
             lib = ctypes.CDLL(str(path))
             break
         except OSError as error:
+            missing = any(soname in str(error) for soname in CUDA_SONAMES)
+            if missing and not WHEEL_LIBRARIES:
+                WHEEL_LIBRARIES.extend(_preload_wheel_libraries())
+                if WHEEL_LIBRARIES:
+                    try:
+                        lib = ctypes.CDLL(str(path))
+                        break
+                    except OSError as retry:
+                        error = retry
             errors.append(f"{path}: {error}")
     else:
-        raise ImportError("cannot load libge2.so; set GE2_LIBRARY. Tried:\n  " + "\n  ".join(errors))
+        hint = ""
+        if any(soname in e for e in errors for soname in CUDA_SONAMES):
+            hint = ("\nThis is a CUDA build: install a CUDA 13 toolkit, or NVIDIA's runtime wheels "
+                    "(pip install nvidia-cuda-runtime nvidia-cublas)"
+                    + (f"; preloaded from wheels: {', '.join(WHEEL_LIBRARIES)}" if WHEEL_LIBRARIES else "")
+                    + ".")
+        raise ImportError("cannot load libge2.so; set GE2_LIBRARY. Tried:\n  " + "\n  ".join(errors) + hint)
     _declare(lib)
     return lib
 
