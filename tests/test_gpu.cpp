@@ -527,6 +527,39 @@ TEST_CASE("gpu: gated units run as one GEMM of width 2I and a gated_mul pass, ma
         }
 }
 
+TEST_CASE("gpu: ge2 leaves the calling thread's current device as it was") {
+  int count = 0;
+  REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
+  // The context works on ordinal 0 while the caller's current device is the last one.
+  const int caller = count - 1;
+  REQUIRE(cudaSetDevice(caller) == cudaSuccess);
+  {
+    ge2_context_options_t options;
+    ge2_context_options_init(&options);
+    options.device = GE2_DEVICE_CUDA;
+    options.device_ordinal = 0;
+    options.tunedb_path = "";
+    ge2_context_t* raw = nullptr;
+    REQUIRE(ge2_context_create(GE2_API_VERSION, &options, &raw) == GE2_OK);
+    ContextPtr context(raw);
+    int current = -1;
+    CHECK((cudaGetDevice(&current) == cudaSuccess && current == caller));
+    // Host memory: ge2 stages it on its own device, so the test allocates nothing on either.
+    auto host = host_memory();
+    GemmCase c{.dtype = GE2_DTYPE_F16, .m = 64, .n = 48, .k = 80, .has_bias = true};
+    const auto r = run_gemm_case(context.get(), *host, c);  // compile and execute
+    CHECK(r.error <= 1e-2);
+    CHECK((cudaGetDevice(&current) == cudaSuccess && current == caller));
+  }
+  int current = -1;
+  CHECK((cudaGetDevice(&current) == cudaSuccess && current == caller));  // after destroy too
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  if (count < 2)
+    MESSAGE(
+        "SKIPPED: one CUDA device: the caller's device and the context's are the same, so "
+        "this case cannot tell a restored device from an unchanged one");
+}
+
 TEST_CASE("gpu: host pointers are staged, and one-shot calls match fp64") {
   auto context = make_context(GE2_DEVICE_CUDA);
   auto host = host_memory();

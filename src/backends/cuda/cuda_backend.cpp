@@ -53,7 +53,7 @@ class CudaBackend final : public Backend {
   CudaBackend(int ordinal, ge2_tune_mode_t tune_mode, const std::string& tunedb_path,
               const Logger& logger)
       : ordinal_(ordinal), workspaces_(kWorkspaceBytes) {
-    GE2_CUDA_CHECK(cudaSetDevice(ordinal));
+    const DeviceGuard device_guard(ordinal);
     cudaDeviceProp props{};
     GE2_CUDA_CHECK(cudaGetDeviceProperties(&props, ordinal));
     device_.has_cuda = true;
@@ -94,7 +94,14 @@ class CudaBackend final : public Backend {
             {"workspace_bytes_per_stream", kWorkspaceBytes},
             {"tuning", chooser_->describe()}};
   }
-  MeasuredTime measured_times() override { return chooser_->measured_times(); }
+  MeasuredTime measured_times() override {
+    // The tuning mode times kernels inside: on this context's device.
+    return
+        [this, measured = chooser_->measured_times()](KernelId kernel, const GemmProblem& problem) {
+          const DeviceGuard device_guard(ordinal_);
+          return measured(kernel, problem);
+        };
+  }
   // The CUTLASS kernels are sm90a code: Hopper (compute capability 9.0) only,
   // and only in builds with CUTLASS.
   std::span<const KernelId> gemm_kernels() const override {
@@ -124,7 +131,7 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
                                   KernelId kernel, bool staged, TuneUse tune) override {
-    GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
+    const DeviceGuard device_guard(ordinal_);
     require(kernel_info(kernel).family != KernelFamily::CpuReference, GE2_ERROR_UNSUPPORTED,
             "the CUDA backend cannot run kernel '{}'", kernel_name(kernel));
     require(!problem.gated || has_gated_epilogue(kernel), GE2_ERROR_UNSUPPORTED,
@@ -168,33 +175,33 @@ class CudaBackend final : public Backend {
                                               const void* b, const void* bias) override {
 #ifdef GE2_WITH_CUTLASS
     if (problem.gated && is_cutlass_kernel(kernel)) {
-      GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
+      const DeviceGuard device_guard(ordinal_);
       auto buffer = std::make_unique<DeviceBufferHolder>(gated_weight_bytes(problem));
       prepare_gated_weight(problem, b, bias, buffer->data());
       return buffer;
     }
 #endif
     if (!is_cublaslt_fp8_kernel(kernel)) return nullptr;
-    GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
+    const DeviceGuard device_guard(ordinal_);
     auto buffer = std::make_unique<DeviceBufferHolder>(fp8_weight_bytes(problem));
     prepare_fp8_weight(problem, b, buffer->data(), device_.sm_count);
     return buffer;
   }
   void download(void* host, const void* source, std::size_t bytes) override {
-    GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
+    const DeviceGuard device_guard(ordinal_);
     GE2_CUDA_CHECK(cudaStreamSynchronize(nullptr));
     GE2_CUDA_CHECK(cudaMemcpy(host, source, bytes, cudaMemcpyDeviceToHost));
   }
   std::unique_ptr<Buffer> allocate(std::size_t bytes) override {
-    GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
+    const DeviceGuard device_guard(ordinal_);
     return std::make_unique<DeviceBufferHolder>(bytes);
   }
   void upload(Buffer& destination, const void* host, std::size_t bytes) override {
-    GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
+    const DeviceGuard device_guard(ordinal_);
     GE2_CUDA_CHECK(cudaMemcpy(destination.data(), host, bytes, cudaMemcpyHostToDevice));
   }
   std::unique_ptr<PlanDeviceState> make_plan_state(bool graph_replay) override {
-    GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
+    const DeviceGuard device_guard(ordinal_);
     auto state = std::make_unique<CudaPlanState>();
     if (graph_replay) state->replay = std::make_unique<GraphReplayCache>(kWorkspaceBytes);
     return state;
@@ -203,7 +210,7 @@ class CudaBackend final : public Backend {
   void execute(const std::vector<std::unique_ptr<Step>>& steps, ExecState& state,
                const std::vector<std::size_t>& io_bytes,
                const std::vector<bool>& io_is_output) override {
-    GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
+    const DeviceGuard device_guard(ordinal_);
     const nvtx3::scoped_range_in<Ge2NvtxDomain> range{"ge2_plan_execute"};
     auto& plan_state = static_cast<CudaPlanState&>(*state.device_state);
     if (plan_state.step_labels.size() != steps.size()) {

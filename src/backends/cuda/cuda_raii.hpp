@@ -44,6 +44,27 @@ class RelaxedCaptureMode {
   cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
 };
 
+// The calling thread's current device is `ordinal` while alive and what it was
+// before afterwards: ge2 works on its context's device without changing the
+// caller's (a library call that moved it would send the caller's next
+// allocation to another GPU).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int ordinal) : ordinal_(ordinal) {
+    GE2_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != ordinal_) GE2_CUDA_CHECK(cudaSetDevice(ordinal_));
+  }
+  ~DeviceGuard() {
+    if (previous_ != ordinal_) (void)cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int ordinal_;
+  int previous_ = 0;
+};
+
 // Device memory from cudaMalloc, freed with cudaFree.
 class DeviceBuffer {
  public:
