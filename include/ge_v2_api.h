@@ -206,7 +206,8 @@ typedef void (*ge2_log_callback_t)(void* user_data, ge2_log_level_t level, const
 typedef struct ge2_context_options {
   uint32_t struct_size;            /* set by ge2_context_options_init */
   ge2_device_kind_t device;        /* default GE2_DEVICE_AUTO */
-  int device_ordinal;              /* CUDA device index, default 0 */
+  int device_ordinal;              /* CUDA device index, default 0; ge2 works on it without
+                                      changing the calling thread's current device */
   ge2_tune_mode_t tune_mode;       /* default GE2_TUNE_CACHED */
   const char* tunedb_path;         /* NULL: $GE2_TUNEDB, else $XDG_CACHE_HOME/ge2/tunedb.sqlite,
                                       else ~/.cache/ge2/tunedb.sqlite;
