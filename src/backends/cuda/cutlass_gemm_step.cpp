@@ -149,8 +149,9 @@ class CutlassGemmStep final : public Step {
     std::string layout = cutlass_layout_problem(problem_);
     if (layout.empty() && problem_.gated) layout = gated_epilogue_problem(problem_, kernel);
     require(layout.empty(), GE2_ERROR_UNSUPPORTED, "{}", layout);
-    require(!problem_.gated || slots_.b_prepared >= 0, GE2_ERROR_INTERNAL,
-            "{}: a gated GEMM without its prepared weight", kernel_name(kernel));
+    // The plan then keeps the unfused steps (and says so).
+    require(!problem_.gated || slots_.b_prepared >= 0, GE2_ERROR_UNSUPPORTED,
+            "no interleaved weight was prepared for the gated epilogue");
     require(problem_.gated || fallback_ != nullptr, GE2_ERROR_INTERNAL,
             "{}: no step for unaligned pointers", kernel_name(kernel));
     base_ = base_arguments(problem_, device, sm_count);
