@@ -385,6 +385,29 @@ TEST_CASE(
         }
 }
 
+TEST_CASE("gated units: the fused epilogue writes padded and offset outputs, nothing else") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  auto memory = host_memory();
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_F32})
+    for (std::int64_t pad_y : {1, 3, 8}) {
+      const GluCase c{.dtype = dtype,
+                      .act = GE2_ACT_GELU_ERF,
+                      .tokens = 7,
+                      .hidden = 16,
+                      .intermediate = 12,
+                      .bias = true,
+                      .x_offset = 1,
+                      .pad_y = pad_y};
+      const GemmResult r = run_glu_case(context.get(), *memory, c);
+      CHECK_MESSAGE(r.error <= tolerance(dtype), c.label() << " error " << r.error);
+      CHECK_MESSAGE(r.padding_changed == 0, c.label() << " wrote into y's row padding");
+      const auto steps = nlohmann::json::parse(r.plan_json)["steps"];
+      REQUIRE(steps.size() == 1);
+      CHECK(steps[0]["gated_epilogue"].get<std::string>().find("computed in the epilogue") !=
+            std::string::npos);
+    }
+}
+
 TEST_CASE("gated units: left apart when joining would change what runs, and the plan says why") {
   auto context = make_context(GE2_DEVICE_CPU);
   auto memory = host_memory();
