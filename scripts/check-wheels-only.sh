@@ -20,7 +20,10 @@ skip() {
 mapfile -t toolkit < <(ldd "$lib" | awk '/libcudart|libcublasLt/ && $3 ~ /^\// {print $3}' |
   xargs -r -n1 dirname | xargs -r -n1 readlink -f | sort -u)
 [ ${#toolkit[@]} -gt 0 ] || skip "the loader finds no CUDA toolkit libraries to hide"
-unshare --mount true 2> /dev/null || skip "unshare --mount is not permitted here"
+probe_dir=$(mktemp -d)
+unshare --mount sh -c "mount -t tmpfs none $probe_dir" 2> /dev/null ||
+  skip "a private mount namespace (unshare --mount, mount -t tmpfs) is not permitted here"
+rmdir "$probe_dir"
 
 venv=/tmp/ge2-wheels-only-venv
 rm -rf "$venv"

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "backends/cuda/cuda_raii.hpp"
 
@@ -15,16 +16,20 @@ class WorkspacePool {
   std::size_t bytes() const { return bytes_; }
   // The workspace of `stream`, allocated on its first use (the only cudaMalloc
   // an execution can make; later executions on the stream reuse it), also when
-  // that first use is being captured into the caller's CUDA graph. A graph
-  // captured on a stream holds its workspace: the pool frees workspaces only
-  // past 64 streams.
-  void* get(cudaStream_t stream);
+  // that first use is being captured into the caller's CUDA graph. `capturing`:
+  // the stream is being captured now. A graph captured on a stream keeps the
+  // workspace's address, so a workspace used in a capture is kept for the pool's
+  // life; the others are freed when more than 64 streams have been seen.
+  void* get(cudaStream_t stream, bool capturing);
 
  private:
   static constexpr std::size_t kMaxStreams = 64;
   std::size_t bytes_;
   std::mutex mutex_;
   std::map<cudaStream_t, DeviceBuffer> buffers_;
+  // Workspaces a captured graph may read: never freed before the pool.
+  std::vector<DeviceBuffer> captured_;
+  std::map<cudaStream_t, void*> pinned_;  // stream -> its workspace in captured_
 };
 
 }  // namespace ge2::cuda
