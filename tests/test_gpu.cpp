@@ -628,7 +628,9 @@ TEST_CASE("gpu: pointers at odd offsets take an algorithm chosen for their align
   CHECK(relative_error(d, ref) <= 1e-2);
 }
 
-TEST_CASE("gpu: a plan's first execution on a stream may be captured into the caller's graph") {
+TEST_CASE(
+    "gpu: a plan's first execution on a stream may be captured into the caller's graph, and the "
+    "graph's workspace outlives the pool's eviction") {
   auto context = make_context(GE2_DEVICE_CUDA);
   DeviceMemory memory;
   LinearLayer layer =
@@ -647,6 +649,31 @@ TEST_CASE("gpu: a plan's first execution on a stream may be captured into the ca
   REQUIRE_MESSAGE(status == GE2_OK, std::string(ge2_last_error()));
   cudaGraphExec_t exec = nullptr;
   REQUIRE(cudaGraphInstantiate(&exec, captured, 0) == cudaSuccess);
+  REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+  memory.download(bindings[3].data, layer.d);
+  CHECK(relative_error(layer.d, layer.reference) <= 1e-2);
+  // The graph holds the workspace's address: executions on 70 more streams make the
+  // pool start over (past 64), and it must keep that one. A replay then finds it
+  // (compute-sanitizer would report a freed one).
+  auto workspaces = [&] {
+    const char* text = nullptr;
+    REQUIRE(ge2_context_describe(context.get(), &text) == GE2_OK);
+    return nlohmann::json::parse(text)["workspaces"];
+  };
+  CHECK(workspaces()["kept_for_captured_graphs"] == 1);
+  for (int i = 0; i < 70; ++i) {
+    cudaStream_t other = nullptr;
+    REQUIRE(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
+    REQUIRE(ge2_plan_execute(layer.plan.get(), bindings, 4, other) == GE2_OK);
+    REQUIRE(cudaStreamSynchronize(other) == cudaSuccess);
+    REQUIRE(cudaStreamDestroy(other) == cudaSuccess);
+  }
+  CHECK(workspaces()["streams"].get<int>() <= 64);
+  CHECK(workspaces()["kept_for_captured_graphs"] == 1);
+  poison(layer.d);
+  REQUIRE(cudaMemcpy(bindings[3].data, layer.d.bytes.data(), layer.d.bytes.size(),
+                     cudaMemcpyHostToDevice) == cudaSuccess);
   REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
   REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
   memory.download(bindings[3].data, layer.d);

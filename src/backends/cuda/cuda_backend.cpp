@@ -92,6 +92,9 @@ class CudaBackend final : public Backend {
             {"cublaslt_version", device_.cublaslt_version},
             {"cutlass_kernels", cutlass_usable() ? "offered (sm_90a)" : cutlass_absence()},
             {"workspace_bytes_per_stream", kWorkspaceBytes},
+            {"workspaces",
+             {{"streams", workspaces_.stream_count()},
+              {"kept_for_captured_graphs", workspaces_.captured_count()}}},
             {"tuning", chooser_->describe()}};
   }
   MeasuredTime measured_times() override {

@@ -31,4 +31,14 @@ void* WorkspacePool::get(cudaStream_t stream, bool capturing) {
   return workspace;
 }
 
+std::size_t WorkspacePool::stream_count() const {
+  std::lock_guard lock(mutex_);
+  return buffers_.size();
+}
+
+std::size_t WorkspacePool::captured_count() const {
+  std::lock_guard lock(mutex_);
+  return captured_.size();
+}
+
 }  // namespace ge2::cuda

@@ -21,11 +21,15 @@ class WorkspacePool {
   // workspace's address, so a workspace used in a capture is kept for the pool's
   // life; the others are freed when more than 64 streams have been seen.
   void* get(cudaStream_t stream, bool capturing);
+  // For ge2_context_describe: workspaces of streams seen since the last eviction,
+  // and those kept for captured graphs.
+  std::size_t stream_count() const;
+  std::size_t captured_count() const;
 
  private:
   static constexpr std::size_t kMaxStreams = 64;
   std::size_t bytes_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::map<cudaStream_t, DeviceBuffer> buffers_;
   // Workspaces a captured graph may read: never freed before the pool.
   std::vector<DeviceBuffer> captured_;
