@@ -397,7 +397,8 @@ TEST_CASE("gated units: the fused epilogue writes padded and offset outputs, not
                       .intermediate = 12,
                       .bias = true,
                       .x_offset = 1,
-                      .pad_y = pad_y};
+                      .pad_y = pad_y,
+                      .y_offset = pad_y % 2};
       const GemmResult r = run_glu_case(context.get(), *memory, c);
       CHECK_MESSAGE(r.error <= tolerance(dtype), c.label() << " error " << r.error);
       CHECK_MESSAGE(r.padding_changed == 0, c.label() << " wrote into y's row padding");

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <vector>
 
@@ -429,9 +430,10 @@ double DynamicFfn::run(Memory& memory, std::int64_t tokens) {
 std::string GluCase::label() const {
   return fmt::format(
       "glu {} act={} {}x{}x{} trans_b={} bias={} act_on_second={} constant={} "
-      "fuse={} force={} x_offset={} pad_y={}",
+      "fuse={} force={} x_offset={} pad_y={} y_offset={}",
       static_cast<int>(dtype), static_cast<int>(act), tokens, hidden, intermediate, trans_b, bias,
-      act_on_second, constant_weights, fuse, force_kernel ? force_kernel : "-", x_offset, pad_y);
+      act_on_second, constant_weights, fuse, force_kernel ? force_kernel : "-", x_offset, pad_y,
+      y_offset);
 }
 
 GemmResult run_glu_case(ge2_context_t* context, Memory& memory, const GluCase& c) {
@@ -499,10 +501,15 @@ GemmResult run_glu_case(ge2_context_t* context, Memory& memory, const GluCase& c
   ge2_plan_t* raw_plan = nullptr;
   GE2_CHECK(ge2_plan_compile(context, graph.get(), &options, &raw_plan));
   PlanPtr plan(raw_plan);
-  void* y_data = memory.upload(y);
-  bindings.push_back({"y", y_data});
+  // y_offset: y's bytes behind that many poisoned elements, the binding past them.
+  const std::size_t y_skip = static_cast<std::size_t>(c.y_offset) * y.element_size();
+  HostTensor y_storage = make_tensor(c.dtype, {1, y.span() + c.y_offset});
+  poison(y_storage);
+  void* y_data = memory.upload(y_storage);
+  bindings.push_back({"y", static_cast<unsigned char*>(y_data) + y_skip});
   GE2_CHECK(ge2_plan_execute(plan.get(), bindings.data(), bindings.size(), memory.stream()));
-  memory.download(y_data, y);
+  memory.download(y_data, y_storage);
+  std::memcpy(y.bytes.data(), y_storage.bytes.data() + y_skip, y.bytes.size());
 
   std::vector<double> ref(static_cast<std::size_t>(t * n)), pre(ref.size());
   auto w_at = [&](const HostTensor& w, std::int64_t k, std::int64_t j) {
@@ -521,10 +528,9 @@ GemmResult run_glu_case(ge2_context_t* context, Memory& memory, const GluCase& c
     }
   GemmResult result;
   result.error = relative_error(y, ref, &pre);
-  for (std::int64_t r = 0; r + 1 < t;
-       ++r)  // the padding between rows (y's span ends at row t-1's end)
-    for (std::int64_t j = n; j < n + c.pad_y; ++j)
-      if (!std::isnan(y.get(r * (n + c.pad_y) + j))) ++result.padding_changed;
+  result.padding_changed = padding_changed(y);
+  for (std::int64_t i = 0; i < c.y_offset; ++i)  // the elements before y
+    if (!std::isnan(y_storage.get(i))) ++result.padding_changed;
   const char* text = nullptr;
   GE2_CHECK(ge2_plan_describe(plan.get(), &text));
   result.plan_json = text;

@@ -155,6 +155,7 @@ struct GluCase {
   const char* force_kernel = nullptr;  // compile option force_kernel
   std::int64_t x_offset = 0;           // x bound this many elements past an aligned pointer
   std::int64_t pad_y = 0;              // y's rows this many elements longer (padding checked)
+  std::int64_t y_offset = 0;           // y bound this many elements past an aligned pointer
   std::string label() const;
 };
 // error: y against fp64; padding_changed: y's row padding elements written.

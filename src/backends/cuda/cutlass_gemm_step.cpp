@@ -165,8 +165,10 @@ class CutlassGemmStep final : public Step {
   }
 
   bool accepts(const ExecState& s) const override {
-    if (!problem_.gated) return true;             // its own fallback takes unaligned pointers
-    return aligned16(slot_pointer(s, slots_.a));  // B is the plan's aligned copy
+    if (!problem_.gated) return true;  // its own fallback takes unaligned pointers
+    // TMA reads A (B is the plan's aligned copy); the epilogue stores D in 4-byte pairs.
+    return aligned16(slot_pointer(s, slots_.a)) &&
+           reinterpret_cast<std::uintptr_t>(slot_pointer(s, slots_.d)) % 4 == 0;
   }
 
   void run(const ExecState& s) override {
