@@ -483,11 +483,11 @@ void Plan::prepare_gated_weights() {
   for (ValueId id = 0; id < graph_.size(); ++id) {
     const ValueId reader = gated_reader(id);
     if (reader == kNoValue) continue;
+    const GemmProblem problem = gated_problem(storage_, id, reader);
+    const Node& node = graph_.node(id);
     for (const auto& [selections, extent] : lists) {
       const KernelId kernel = (*selections)[static_cast<std::size_t>(id)].kernel;
-      const GemmProblem problem = gated_problem(storage_, id, reader);
       if (!gated_epilogue_problem(problem, kernel).empty()) continue;
-      const Node& node = graph_.node(id);
       auto prepared = backend_->prepare_gemm_weight(kernel, problem, constant_data(node.b),
                                                     constant_data(node.bias));
       if (prepared) gated_prepared_slot_[id] = add_owned_slot(std::move(prepared));
@@ -512,7 +512,6 @@ nlohmann::json Plan::apply_fp8_policy() {
   Backend& backend = *backend_;
   const SelectionPolicy& policy = options_.policy;
   const auto lists = choice_lists();
-  auto constant_data = [&](ValueId v) { return this->constant_data(v); };
   nlohmann::json layers = nlohmann::json::array();
   std::size_t scratch_bytes = 0;
   std::vector<ValueId> fp8_gemms;  // the GEMMs that keep an FP8 row

@@ -55,6 +55,17 @@ std::string device_rule(const KernelInfo& kernel, const DeviceInfo& device) {
   return "";
 }
 
+// The device's memory bandwidth for the model, GB/s (100 where the device did not say).
+double bandwidth_gbs(const DeviceInfo& device) {
+  return device.memory_bandwidth_gbs > 0 ? device.memory_bandwidth_gbs : 100.0;
+}
+
+// One elementwise pass run after a GEMM that moves `bytes`: a launch and 0.8 of
+// the bandwidth (the erf-GELU / SiLU pass after cuBLASLt, the gated_mul pass).
+double separate_pass_us(double bytes, const DeviceInfo& device) {
+  return 3.0 + bytes / (bandwidth_gbs(device) * 1e3 * 0.8);
+}
+
 double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& device, bool aligned,
                    std::string& basis) {
   const KernelCost& model = kernel_info(kernel).cost;
@@ -75,7 +86,7 @@ double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& devi
   const double tile_area = static_cast<double>(model.tile_m) * model.tile_n;
   const double edge = static_cast<double>(p.m) * p.n * p.batch / (tiles * tile_area);
   const double compute_us = p.flops() / (peak * 1e6 * fill * edge);
-  const double bandwidth = device.memory_bandwidth_gbs > 0 ? device.memory_bandwidth_gbs : 100.0;
+  const double bandwidth = bandwidth_gbs(device);
   const double memory_us = p.min_bytes() / (bandwidth * 1e3 * model.bandwidth_fraction);
   double total = model.launch_us + std::max(compute_us, memory_us);
   if (is_cublaslt_fp8_kernel(kernel)) {
@@ -89,19 +100,17 @@ double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& devi
   if (lt_epilogue && activation_info(p.act).cublaslt == LtEpilogue::kNone) {
     // No cuBLASLt epilogue computes it (erf GELU, SiLU): one more pass over D.
     const double d_bytes = 2.0 * static_cast<double>(p.m) * p.n * p.batch * dtype_size(p.dtype);
-    total += 3.0 + d_bytes / (bandwidth * 1e3 * 0.8);
+    total += separate_pass_us(d_bytes, device);
     basis += fmt::format(", + separate {} pass", activation_name(p.act));
   }
   return total;
 }
 
 // The gated_mul pass an unfused gated unit runs after its GEMM: the 2I-wide
-// result read once, the I-wide product written (the same 0.8 of bandwidth as
-// the separate activation pass).
+// result read once, the I-wide product written.
 double gated_pass_us(const GemmProblem& p, const DeviceInfo& device) {
-  const double bandwidth = device.memory_bandwidth_gbs > 0 ? device.memory_bandwidth_gbs : 100.0;
-  const double bytes = 1.5 * static_cast<double>(p.m) * p.n * p.batch * dtype_size(p.dtype);
-  return 3.0 + bytes / (bandwidth * 1e3 * 0.8);
+  return separate_pass_us(1.5 * static_cast<double>(p.m) * p.n * p.batch * dtype_size(p.dtype),
+                          device);
 }
 
 }  // namespace
@@ -357,10 +366,8 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
       // Staging pays when one extra pass over the operands costs less than the
       // unaligned kernels lose: compare the two estimates.
       std::string basis;
-      const double bandwidth =
-          device.memory_bandwidth_gbs > 0 ? device.memory_bandwidth_gbs : 100.0;
       const double staged = estimate_us(kernel, staged_problem(problem), device, true, basis) +
-                            3 * 3.0 + staging_bytes(problem) / (bandwidth * 1e3 * 0.6);
+                            3 * 3.0 + staging_bytes(problem) / (bandwidth_gbs(device) * 1e3 * 0.6);
       if (staged < candidate.estimated_us * kStagingRequiredGain) {
         candidate.estimated_us = staged;
         candidate.staged = true;

@@ -86,8 +86,10 @@ class CpuBackend final : public Backend {
                                   KernelId kernel, bool, TuneUse) override {
     require(kernel_info(kernel).family == KernelFamily::CpuReference, GE2_ERROR_UNSUPPORTED,
             "the CPU backend cannot run kernel '{}'", kernel_name(kernel));
-    require(!problem.gated || has_gated_epilogue(kernel), GE2_ERROR_UNSUPPORTED,
-            "kernel '{}' has no gated epilogue", kernel_name(kernel));
+    if (problem.gated) {
+      const std::string refusal = gated_epilogue_problem(problem, kernel);
+      require(refusal.empty(), GE2_ERROR_UNSUPPORTED, "{}", refusal);
+    }
     if (kernel == KernelId::CpuFp8Ref) {
       const std::string layout = fp8_layout_problem(problem);
       require(layout.empty(), GE2_ERROR_UNSUPPORTED, "{}", layout);

@@ -137,8 +137,10 @@ class CudaBackend final : public Backend {
     const DeviceGuard device_guard(ordinal_);
     require(kernel_info(kernel).family != KernelFamily::CpuReference, GE2_ERROR_UNSUPPORTED,
             "the CUDA backend cannot run kernel '{}'", kernel_name(kernel));
-    require(!problem.gated || has_gated_epilogue(kernel), GE2_ERROR_UNSUPPORTED,
-            "kernel '{}' has no gated epilogue", kernel_name(kernel));
+    if (problem.gated) {
+      const std::string refusal = gated_epilogue_problem(problem, kernel);
+      require(refusal.empty(), GE2_ERROR_UNSUPPORTED, "{}", refusal);
+    }
     if (is_cublaslt_fp8_kernel(kernel))
       return make_fp8_gemm_step(
           lt_.get(), problem, kernel, slots, *chooser_, device_.sm_count,
@@ -152,12 +154,12 @@ class CudaBackend final : public Backend {
                             *chooser_, tune));
 #ifdef GE2_WITH_CUTLASS
     if (is_cutlass_kernel(kernel)) {
-      if (problem.gated)
-        return make_cutlass_gemm_step(problem, kernel, slots, ordinal_, device_.sm_count, nullptr);
+      // A gated step has no fallback of its own: the plan keeps the unfused steps.
       return make_cutlass_gemm_step(
           problem, kernel, slots, ordinal_, device_.sm_count,
-          make_lt_gemm_step(lt_.get(), problem, cublaslt_kernel_for(problem.dtype), slots,
-                            *chooser_, tune));
+          problem.gated ? nullptr
+                        : make_lt_gemm_step(lt_.get(), problem, cublaslt_kernel_for(problem.dtype),
+                                            slots, *chooser_, tune));
     }
 #endif
     require(!is_cutlass_kernel(kernel), GE2_ERROR_UNSUPPORTED, "{}", cutlass_absence());

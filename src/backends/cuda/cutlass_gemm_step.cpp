@@ -146,8 +146,8 @@ class CutlassGemmStep final : public Step {
         slots_(slots),
         launcher_(make_launcher(kernel, problem.act, problem.gated.has_value())),
         fallback_(std::move(unaligned_fallback)) {
-    std::string layout = cutlass_layout_problem(problem_);
-    if (layout.empty() && problem_.gated) layout = gated_epilogue_problem(problem_, kernel);
+    // What the gated epilogue needs on top the backend checked (gated_epilogue_problem).
+    const std::string layout = cutlass_layout_problem(problem_);
     require(layout.empty(), GE2_ERROR_UNSUPPORTED, "{}", layout);
     // The plan then keeps the unfused steps (and says so).
     require(!problem_.gated || slots_.b_prepared >= 0, GE2_ERROR_UNSUPPORTED,
