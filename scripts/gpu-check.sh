@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 through the device tool (see docs/gpu-validation.md):
-#   scripts/gpu-check.sh [tests|cutlass|epilogue|reliability|sanitize|tune|notebook|profile|dynamic|fp8|gated|ffn|torch|skinny|bench|all]...
+#   scripts/gpu-check.sh [tests|cutlass|epilogue|reliability|wheels|sanitize|tune|notebook|profile|dynamic|fp8|gated|ffn|torch|skinny|bench|all]...
 # Uses the build folder made on the development machine (build-gpu, carried;
 # the device lacks sqlite3.h), runs the gpu-labelled tests, the sample, the
 # sanitizers and the benchmarks, and prints a short table last. Logs go to $OUT.
@@ -83,6 +83,18 @@ for mode in $modes; do
     note "compute-sanitizer memcheck (reliability cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-reliability.log" | tail -1))"
     "$BUILD/bench/bench_one_shot_cache" --json "$OUT/one_shot_cache.json" 2>&1 | tee "$OUT/one_shot_cache.log"
     note "one-shot cache: $(tr '\n' ';' < "$OUT/one_shot_cache.log" | cut -c1-400)"
+    ;;&
+  wheels | all)
+    # "Wheels only" on the GPU: the toolkit's library folders hidden in a private mount
+    # namespace (as scripts/check-wheels-only.sh does on the CPU), libcudart and libcublasLt
+    # taken from the NVIDIA wheels PyTorch installed there (the device cannot reach PyPI).
+    lib=$(readlink -f "$BUILD/src/libge2.so")
+    hidden=$(ldd "$lib" | awk '/libcudart|libcublasLt/ && $3 ~ /^\// {print $3}' | xargs -r -n1 dirname |
+      xargs -r -n1 readlink -f | sort -u | tr '\n' ' ')
+    unshare --mount bash -c 'for dir in $1; do mount -t tmpfs none "$dir"; done
+      cd /tmp && GE2_LIBRARY="$2" PYTHONPATH="$3/bindings/python" python3 "$3/scripts/wheels_only_probe.py" import cuda' \
+      _ "$hidden" "$lib" "$ROOT" > "$OUT/wheels_only.log" 2>&1
+    note "wheels only (hidden: $hidden): exit $? ($(tail -1 "$OUT/wheels_only.log"))"
     ;;&
   sanitize | all)
     for tool in memcheck racecheck; do
