@@ -9,13 +9,15 @@ Contenders per shape, dtype and activation (silu: SwiGLU, gelu: GeGLU with exact
   ge2_default     a plan with constant weights, default context (untuned: cuBLASLt + gated pass)
   ge2_lt          forced cuBLASLt: the 2I-wide GEMM, then the gated pass
   ge2_cutlass     forced cutlass_<dtype>_128x128: act(gate) * up in the GEMM's epilogue
+  ge2_tuned       a context in tuning mode (tunedb in DIR): what the tuner and selector choose
   ge2_lt_2i, ge2_cutlass_2i   the 2I-wide GEMM alone (no gated unit) on each family: what the
                   epilogue and the pass cost on top of each mainloop
 Every contender is one call captured in a CUDA graph and replayed back to back, so the times
 compare kernels, not Python; the median over groups rotated ABBA. Errors: relative Frobenius
 against an fp64 reference.
 
-    python3 bench/gated_layers.py --out DIR [--dtypes f16 bf16] [--quick] [--groups 15]
+    python3 bench/gated_layers.py --out DIR [--dtypes f16 bf16] [--quick | --shapes 8192x4096x11008 ...]
+                                  [--acts silu gelu] [--groups 15]
 """
 import argparse
 import json
@@ -38,6 +40,8 @@ def main():
     parser.add_argument("--acts", nargs="+", default=["silu", "gelu"])
     parser.add_argument("--groups", type=int, default=15)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--shapes", nargs="+", metavar="TOKENSxHIDDENxINTER",
+                        help="instead of the built-in list, e.g. 8192x4096x11008")
     args = parser.parse_args()
     import torch  # after argparse: --help works without torch
     import torch.nn.functional as F
@@ -45,13 +49,17 @@ def main():
     import ge2
     from ffn_blocks import cuda_graphed, time_contenders
 
+    shapes = QUICK if args.quick else SHAPES
+    if args.shapes:
+        shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes]
     torch.manual_seed(0)
     ctx = ge2.Context(device="cuda", tunedb="")
+    tuned_ctx = ge2.Context(device="cuda", tune="tune", tunedb=os.path.join(args.out, "gated_tunedb.sqlite"))
     os.makedirs(args.out, exist_ok=True)
     rows = []
     for dtype_name in args.dtypes:
         dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
-        for tokens, hidden, inter in QUICK if args.quick else SHAPES:
+        for tokens, hidden, inter in shapes:
             x = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
             wg = torch.randn(inter, hidden, device="cuda", dtype=dtype) / hidden**0.5
             wu = torch.randn(inter, hidden, device="cuda", dtype=dtype) / hidden**0.5
@@ -59,12 +67,12 @@ def main():
             for act in args.acts:
                 torch_act = {"silu": F.silu, "gelu": F.gelu}[act]
 
-                def plan(force=None):
+                def plan(force=None, context=ctx):
                     g = ge2.Graph()
                     vx = g.input("x", (tokens, hidden), dtype_name)
                     gate = g.activation(g.gemm(vx, g.constant("wg", wg.cpu()), trans_b=True), act)
                     g.output(g.mul(gate, g.gemm(vx, g.constant("wu", wu.cpu()), trans_b=True)), "h")
-                    p = g.compile(ctx, force_kernel=force)
+                    p = g.compile(context, force_kernel=force)
                     h = torch.empty(tokens, inter, device="cuda", dtype=dtype)
                     steps = p.describe()["steps"]
                     fused = "computed in the epilogue" in steps[0].get("gated_epilogue", "")
@@ -79,7 +87,7 @@ def main():
                     return (lambda: p.execute({"x": x, "d": d})), None, force, False
 
                 ge2_runs = {"ge2_default": plan(), "ge2_lt": plan(f"lt_{dtype_name}"),
-                            "ge2_cutlass": plan(f"cutlass_{dtype_name}_128x128")}
+                            "ge2_cutlass": plan(f"cutlass_{dtype_name}_128x128"), "ge2_tuned": plan(context=tuned_ctx)}
                 gemms_2i = {"ge2_lt_2i": gemm_2i(f"lt_{dtype_name}"),
                             "ge2_cutlass_2i": gemm_2i(f"cutlass_{dtype_name}_128x128")}
                 outs = {}
@@ -118,7 +126,8 @@ def main():
                 best_torch = min(t["torch_unfused"], t["torch_concat"])
                 print(f"{dtype_name} {act} {tokens}x{hidden}x{inter}: cutlass gated {t['ge2_cutlass']:.1f} us "
                       f"(fused {row['fused']['ge2_cutlass']}) | lt+pass {t['ge2_lt']:.1f} | default {t['ge2_default']:.1f} "
-                      f"({row['kernels']['ge2_default']}) | torch unfused {t['torch_unfused']:.1f} concat "
+                      f"({row['kernels']['ge2_default']}) | tuned {t['ge2_tuned']:.1f} ({row['kernels']['ge2_tuned']}, "
+                      f"fused {row['fused']['ge2_tuned']}) | torch unfused {t['torch_unfused']:.1f} concat "
                       f"{t['torch_concat']:.1f} mm2i {t['torch_mm_2i']:.1f} | 2I GEMM lt {t['ge2_lt_2i']:.1f} cutlass "
                       f"{t['ge2_cutlass_2i']:.1f} | lt/cutlass {t['ge2_lt'] / t['ge2_cutlass']:.3f} "
                       f"torch-best/cutlass {best_torch / t['ge2_cutlass']:.3f} torch-unfused/cutlass "

@@ -178,6 +178,13 @@ TEST_CASE("gpu cutlass: tuning times CUTLASS beside cuBLASLt, stores it, and pic
     }
     CHECK(measured_cutlass == 3);
     CHECK(chosen == best);
+    // All three rows were timed interleaved with cuBLASLt's candidates on one rig
+    // (cuda_skinny cannot take 1024 rows), not one after another.
+    const char* text = nullptr;
+    REQUIRE(ge2_context_describe(context.get(), &text) == GE2_OK);
+    const auto tuning = nlohmann::json::parse(text)["tuning"];
+    CHECK(tuning["timed_beside_cublaslt"] == 3);
+    CHECK(tuning["tuned_in_this_process"] == 4);
   }
   // A later process reads the stored times and makes the same choice untuned.
   {

@@ -3,12 +3,20 @@
 #include <chrono>
 #include <cstdio>
 
+#include "backends/cuda/kernels.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "select/tune_key.hpp"
 
 namespace ge2::cuda {
 namespace {
+
+int l2_cache_bytes() {
+  int device = 0, bytes = 0;
+  GE2_CUDA_CHECK(cudaGetDevice(&device));
+  GE2_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device));
+  return bytes;
+}
 
 std::string utc_now() {
   const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -62,13 +70,17 @@ std::optional<AlgoChoice> AlgoChooser::from_record(const LtMatmul& matmul, const
 }
 
 AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key, TuneDb::Replace replace) {
-  cudaDeviceProp props{};
-  int device = 0;
-  GE2_CUDA_CHECK(cudaGetDevice(&device));
-  GE2_CUDA_CHECK(cudaGetDeviceProperties(&props, device));
-  Tuner tuner(handle_, workspace_bytes_, props.l2CacheSize);
-  const TuneOutcome outcome = tuner.tune(matmul);
-  ++tuned_;
+  Tuner tuner(handle_, workspace_bytes_, l2_cache_bytes());
+  GemmProblem plain = matmul.problem();  // rows time the GEMM alone (see measured())
+  plain.gated.reset();
+  const TuneOutcome outcome = tuner.tune(matmul, rivals_of(plain));
+  tuned_ += 1 + static_cast<int>(outcome.rivals.size());
+  timed_beside_cublaslt_ += static_cast<int>(outcome.rivals.size());
+  for (const TimedRival& rival : outcome.rivals) {
+    const TuneKey rival_key = make_tune_key(plain, rival.kernel, device_);
+    measured_[rival_key.to_string()] = rival.time_us;
+    record(rival_key, plain, rival.config, rival.time_us, TuneDb::Replace::IfFaster);
+  }
   const double gflops = matmul.problem().flops() / (outcome.best.time_us * 1e3);
   measured_[key.to_string()] = outcome.best.time_us;
   TuneKey fallback_key = make_tune_key(matmul.problem(), KernelId::CudaF32, device_);
@@ -94,9 +106,10 @@ AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key, TuneDb::R
     db_.store(fallback);
   }
   return {outcome.best.algo, outcome.best.config, outcome.best.workspace_bytes,
-          fmt::format("tuned now ({} candidates, {} rejected; {:.1f} us vs heuristic {:.1f} us)",
-                      outcome.candidates, outcome.rejected, outcome.best.time_us,
-                      outcome.heuristic_time_us)};
+          fmt::format("tuned now ({} candidates, {} rejected, {} other kernels timed beside them; "
+                      "{:.1f} us vs heuristic {:.1f} us)",
+                      outcome.candidates, outcome.rejected, outcome.rivals.size(),
+                      outcome.best.time_us, outcome.heuristic_time_us)};
 }
 
 AlgoChoice AlgoChooser::choose(LtMatmul& matmul, TuneUse tune) {
@@ -185,16 +198,56 @@ std::optional<double> AlgoChooser::measure_now(KernelId kernel, const GemmProble
     const auto it = measured_.find(text);
     return it != measured_.end() ? it->second : std::nullopt;
   }
-  FamilyTimer* timer = timer_of(kernel);
-  if (timer == nullptr) return std::nullopt;
-  const std::optional<TimedKernel> timed = timer->time(kernel, problem);
+  // Tuning the problem's cuBLASLt kernel times this one beside its candidates.
+  const KernelId lt = cublaslt_kernel_for(problem.dtype);
+  try {
+    measure_now(lt, problem, make_tune_key(problem, lt, device_), TuneDb::Replace::IfFaster);
+  } catch (const Error&) {
+    // cuBLASLt cannot run the problem: this kernel is timed alone below.
+  }
+  if (const auto it = measured_.find(text); it != measured_.end()) return it->second;
+  const std::optional<TimedRival> timed = time_alone(kernel, problem);
   if (!timed) return std::nullopt;
   ++tuned_;
-  if (db_.writable())
-    db_.store({key, timed->config, 0, timed->time_us, 0, problem.flops() / (timed->time_us * 1e3),
-               utc_now(), GE2_VERSION_STRING},
-              replace);
+  record(key, problem, timed->config, timed->time_us, replace);
   return timed->time_us;
+}
+
+RivalSource AlgoChooser::rivals_of(const GemmProblem& problem) {
+  return [this, problem](TimingRig& rig) {
+    std::vector<RivalKernel> rivals;
+    for (const KernelInfo& info : kKernels) {
+      FamilyTimer* timer = timer_of(info.id);
+      if (timer == nullptr || (info.dtype && *info.dtype != problem.dtype)) continue;
+      const TuneKey key = make_tune_key(problem, info.id, device_);
+      if (measured_.contains(key.to_string()) || db_.find_exact(key)) continue;
+      if (std::optional<RivalKernel> rival = timer->rival(info.id, problem, rig))
+        rivals.push_back(std::move(*rival));
+      else
+        measured_.emplace(key.to_string(), std::nullopt);
+    }
+    return rivals;
+  };
+}
+
+std::optional<TimedRival> AlgoChooser::time_alone(KernelId kernel, const GemmProblem& problem) {
+  FamilyTimer* timer = timer_of(kernel);
+  if (timer == nullptr) return std::nullopt;
+  TimingRig rig(problem, l2_cache_bytes(), workspace_bytes_);
+  rig.clear(rig.reference());
+  const LtPointers r = rig.pointers(0, rig.reference());
+  launch_fallback_gemm(problem, r.a, r.b, r.c, r.bias, r.d, rig.stream());
+  std::optional<RivalKernel> rival = timer->rival(kernel, problem, rig);
+  if (!rival) return std::nullopt;
+  return TimedRival{kernel, std::move(rival->config), rig.median_us(rival->run)};
+}
+
+void AlgoChooser::record(const TuneKey& key, const GemmProblem& problem,
+                         const nlohmann::json& config, double time_us, TuneDb::Replace replace) {
+  if (db_.writable())
+    db_.store({key, config, 0, time_us, 0, problem.flops() / (time_us * 1e3), utc_now(),
+               GE2_VERSION_STRING},
+              replace);
 }
 
 FamilyTimer* AlgoChooser::timer_of(KernelId kernel) const {
@@ -213,6 +266,7 @@ nlohmann::json AlgoChooser::describe() const {
   j["mode"] = modes[mode_];
   j["cached_choices"] = choices_.size();
   j["tuned_in_this_process"] = tuned_;
+  j["timed_beside_cublaslt"] = timed_beside_cublaslt_;
   j["stale_rows_ignored"] = stale_rows_;
   return j;
 }

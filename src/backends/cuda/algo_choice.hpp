@@ -25,20 +25,16 @@ struct AlgoChoice {
   std::string source;  // "heuristic", "tunedb", "tunedb bucket ...", "tuned now"
 };
 
-// A kernel that is not cuBLASLt's (a CUTLASS row), timed for the tuning mode:
-// its median time and the configuration its database row stores.
-struct TimedKernel {
-  double time_us = 0;
-  nlohmann::json config;
-};
-
-// Times the kernels of one family on a problem (the tuner for cuBLASLt lives
-// in Tuner), and says whether a stored row still describes the kernel built now.
+// Readies the kernels of one of ge2's own families (CUTLASS rows, cuda_skinny)
+// for timing beside cuBLASLt's candidates (Tuner), and says whether a stored row
+// still describes the kernel built now.
 class FamilyTimer {
  public:
   virtual ~FamilyTimer() = default;
-  // Empty when the kernel cannot run the problem or disagrees with the reference.
-  virtual std::optional<TimedKernel> time(KernelId kernel, const GemmProblem& problem) = 0;
+  // `kernel` on the rig's operands, checked against rig.reference() (made for
+  // `problem`); empty when it cannot run the problem or disagrees.
+  virtual std::optional<RivalKernel> rival(KernelId kernel, const GemmProblem& problem,
+                                           TimingRig& rig) = 0;
   virtual bool row_matches(KernelId kernel, const GemmProblem& problem,
                            const nlohmann::json& stored_config) const = 0;
 };
@@ -75,6 +71,13 @@ class AlgoChooser {
   std::optional<double> measured(KernelId kernel, const GemmProblem& problem);
   std::optional<double> measure_now(KernelId kernel, const GemmProblem& problem, const TuneKey& key,
                                     TuneDb::Replace replace);
+  // The kernels of ge2's own families that Tuner times beside cuBLASLt's
+  // candidates for `problem`: those without a time in this process or a row.
+  RivalSource rivals_of(const GemmProblem& problem);
+  // A rival timed alone, against cuda_f32, where no cuBLASLt kernel runs the problem.
+  std::optional<TimedRival> time_alone(KernelId kernel, const GemmProblem& problem);
+  void record(const TuneKey& key, const GemmProblem& problem, const nlohmann::json& config,
+              double time_us, TuneDb::Replace replace);
 
   cublasLtHandle_t handle_;
   DeviceInfo device_;
@@ -88,7 +91,10 @@ class AlgoChooser {
   TuneDbAccess db_;
   std::unordered_map<KernelFamily, std::unique_ptr<FamilyTimer>> timers_;
   FamilyTimer* timer_of(KernelId kernel) const;
-  int stale_rows_ = 0, tuned_ = 0;
+  // tuned_: kernels measured in this process; timed_beside_cublaslt_: those of
+  // them from ge2's own families that were timed interleaved with cuBLASLt's
+  // candidates (the rest, timed alone, had no cuBLASLt kernel to join).
+  int stale_rows_ = 0, tuned_ = 0, timed_beside_cublaslt_ = 0;
 };
 
 }  // namespace ge2::cuda

@@ -74,11 +74,9 @@ class CudaBackend final : public Backend {
 #ifdef GE2_WITH_CUTLASS
     if (cutlass_usable())
       chooser_->set_family_timer(KernelFamily::Cutlass,
-                                 make_cutlass_timer(ordinal, device_.sm_count, props.l2CacheSize,
-                                                    kWorkspaceBytes, logger));
+                                 make_cutlass_timer(ordinal, device_.sm_count, logger));
 #endif
-    chooser_->set_family_timer(KernelFamily::CudaSkinny,
-                               make_skinny_timer(device_, props.l2CacheSize, logger));
+    chooser_->set_family_timer(KernelFamily::CudaSkinny, make_skinny_timer(device_, logger));
   }
 
   ge2_device_kind_t kind() const override { return GE2_DEVICE_CUDA; }

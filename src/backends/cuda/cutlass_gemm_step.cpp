@@ -221,49 +221,41 @@ class CutlassGemmStep final : public Step {
   GemmArgs base_;
 };
 
-// Times CUTLASS rows for the tuning mode on the tuner's rig, after checking
-// each against cuda_f32 on the same operands.
+// Readies CUTLASS rows for the tuning mode on the tuner's rig, after checking
+// each against the rig's reference on the same operands.
 class CutlassTimer final : public FamilyTimer {
  public:
-  CutlassTimer(int device, int sm_count, int l2_bytes, std::size_t workspace_bytes,
-               const Logger& logger)
-      : device_(device),
-        sm_count_(sm_count),
-        l2_bytes_(l2_bytes),
-        workspace_(workspace_bytes),
-        logger_(logger) {}
+  CutlassTimer(int device, int sm_count, const Logger& logger)
+      : device_(device), sm_count_(sm_count), logger_(logger) {}
 
-  std::optional<TimedKernel> time(KernelId kernel, const GemmProblem& original) override {
+  std::optional<RivalKernel> rival(KernelId kernel, const GemmProblem& original,
+                                   TimingRig& rig) override {
+    // A folded batch reads the same memory as the rig's batched operands.
     const GemmProblem problem = fold_batch_into_m(original);
     if (!cutlass_layout_problem(problem).empty()) return std::nullopt;
-    const std::unique_ptr<GemmLauncher> launcher = make_launcher(kernel, problem.act, false);
+    std::shared_ptr<GemmLauncher> launcher = make_launcher(kernel, problem.act, false);
     const GemmArgs base = base_arguments(problem, device_, sm_count_);
-    TimingRig rig(problem, l2_bytes_, workspace_);
-    auto arguments = [&](int set, void* d) {
+    auto arguments = [&rig, base, problem](int set, void* d) {
       return with_pointers(base, problem, rig.pointers(set, d));
     };
     if (!launcher->check(arguments(0, rig.output())).empty()) return std::nullopt;
-    auto run = [&](int set) {
+    auto run = [&rig, launcher, arguments, kernel](int set) {
       const std::string failure = launcher->launch(arguments(set, rig.output()), rig.workspace(),
                                                    rig.workspace_bytes(), rig.stream());
       require(failure.empty(), GE2_ERROR_CUDA, "tuning {} ({}): {}", kernel_name(kernel),
               launcher->configuration(), failure);
     };
-    rig.clear(rig.reference());
-    const LtPointers r = rig.pointers(0, rig.reference());
-    launch_fallback_gemm(problem, r.a, r.b, r.c, r.bias, r.d, rig.stream());
     rig.clear(rig.output());
     run(0);
-    const double bound = agreement_bound(problem.dtype, false);
     const double difference = rig.difference_from_reference();
-    if (!(difference <= bound)) {
-      logger_(
-          LogLevel::Warning,
-          "tuning: {} disagrees with cuda_f32 on GEMM {} (relative difference {:.3g}); not timed",
-          kernel_name(kernel), problem.shape_string(), difference);
+    if (!(difference <= agreement_bound(problem.dtype, false))) {
+      logger_(LogLevel::Warning,
+              "tuning: {} disagrees with the reference on GEMM {} (relative difference {:.3g}); "
+              "not timed",
+              kernel_name(kernel), problem.shape_string(), difference);
       return std::nullopt;
     }
-    return TimedKernel{rig.median_us(run), {{"configuration", launcher->configuration()}}};
+    return RivalKernel{kernel, run, {{"configuration", launcher->configuration()}}};
   }
 
   bool row_matches(KernelId kernel, const GemmProblem& problem,
@@ -273,16 +265,14 @@ class CutlassTimer final : public FamilyTimer {
   }
 
  private:
-  int device_, sm_count_, l2_bytes_;
-  std::size_t workspace_;
+  int device_, sm_count_;
   Logger logger_;
 };
 
 }  // namespace
 
-std::unique_ptr<FamilyTimer> make_cutlass_timer(int device, int sm_count, int l2_bytes,
-                                                std::size_t workspace_bytes, const Logger& logger) {
-  return std::make_unique<CutlassTimer>(device, sm_count, l2_bytes, workspace_bytes, logger);
+std::unique_ptr<FamilyTimer> make_cutlass_timer(int device, int sm_count, const Logger& logger) {
+  return std::make_unique<CutlassTimer>(device, sm_count, logger);
 }
 
 std::size_t gated_weight_bytes(const GemmProblem& problem) {

@@ -46,20 +46,17 @@ class SkinnyGemmStep final : public Step {
   std::unique_ptr<Step> fallback_;
 };
 
-// Times cuda_skinny on the tuner's rig after checking it against cuda_f32.
+// Readies cuda_skinny on the tuner's rig after checking it against the rig's reference.
 class SkinnyTimer final : public FamilyTimer {
  public:
-  SkinnyTimer(const DeviceInfo& device, int l2_bytes, const Logger& logger)
-      : device_(device), l2_bytes_(l2_bytes), logger_(logger) {}
+  SkinnyTimer(const DeviceInfo& device, const Logger& logger) : device_(device), logger_(logger) {}
 
-  std::optional<TimedKernel> time(KernelId kernel, const GemmProblem& original) override {
+  std::optional<RivalKernel> rival(KernelId kernel, const GemmProblem& original,
+                                   TimingRig& rig) override {
     if (!skinny_layout_problem(original, device_).empty()) return std::nullopt;
+    // A folded batch reads the same memory as the rig's batched operands.
     const GemmProblem problem = skinny_problem(original);
-    TimingRig rig(problem, l2_bytes_, 0);
-    rig.clear(rig.reference());
-    const LtPointers r = rig.pointers(0, rig.reference());
-    launch_fallback_gemm(problem, r.a, r.b, r.c, r.bias, r.d, rig.stream());
-    auto run = [&](int set) {
+    auto run = [&rig, problem](int set) {
       const LtPointers q = rig.pointers(set, rig.output());
       launch_skinny_gemm(problem, q.a, q.b, q.c, q.bias, q.d, rig.stream());
     };
@@ -67,13 +64,13 @@ class SkinnyTimer final : public FamilyTimer {
     run(0);
     const double difference = rig.difference_from_reference();
     if (!(difference <= agreement_bound(problem.dtype, false))) {
-      logger_(
-          LogLevel::Warning,
-          "tuning: {} disagrees with cuda_f32 on GEMM {} (relative difference {:.3g}); not timed",
-          kernel_name(kernel), problem.shape_string(), difference);
+      logger_(LogLevel::Warning,
+              "tuning: {} disagrees with the reference on GEMM {} (relative difference {:.3g}); "
+              "not timed",
+              kernel_name(kernel), problem.shape_string(), difference);
       return std::nullopt;
     }
-    return TimedKernel{rig.median_us(run), {{"configuration", skinny_configuration()}}};
+    return RivalKernel{kernel, run, {{"configuration", skinny_configuration()}}};
   }
 
   bool row_matches(KernelId, const GemmProblem&, const nlohmann::json& stored) const override {
@@ -82,7 +79,6 @@ class SkinnyTimer final : public FamilyTimer {
 
  private:
   DeviceInfo device_;
-  int l2_bytes_;
   Logger logger_;
 };
 
@@ -94,9 +90,8 @@ std::unique_ptr<Step> make_skinny_gemm_step(const GemmProblem& problem, const Ge
   return std::make_unique<SkinnyGemmStep>(problem, slots, device, std::move(unaligned_fallback));
 }
 
-std::unique_ptr<FamilyTimer> make_skinny_timer(const DeviceInfo& device, int l2_bytes,
-                                               const Logger& logger) {
-  return std::make_unique<SkinnyTimer>(device, l2_bytes, logger);
+std::unique_ptr<FamilyTimer> make_skinny_timer(const DeviceInfo& device, const Logger& logger) {
+  return std::make_unique<SkinnyTimer>(device, logger);
 }
 
 }  // namespace ge2::cuda

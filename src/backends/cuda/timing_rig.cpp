@@ -8,15 +8,16 @@ namespace ge2::cuda {
 namespace {
 
 constexpr int kTimedBatches = 7;
-// Batches of about 300 us, no warm-up beyond one run. Under sustained load the
-// H200 holds its 700 W cap by dropping the SM clock from 1980 to 930-1665 MHz,
-// so these bursts rank kernels as the boost clock does, not as back-to-back
-// execution of big GEMMs does. Run 10 tried 2 ms batches after 20 ms and after
-// 300 ms of warm-up: the choices were worse in the sustained layer benchmark
-// (up to 31% slower than the best kernel, against up to 7% with these bursts),
-// because candidates timed one after another see different power states
-// (bench/results/2026-12-03-h200-run10/README.md). Timing all candidates
-// interleaved is the open fix.
+// Batches of about 300 us. Under sustained load the H200 holds its 700 W cap by
+// dropping the SM clock from 1980 to 930-1665 MHz, and kernels rank differently
+// there than at the boost clock. Timed one after another, each with idle gaps
+// between batches, candidates saw different power states and the tuner ranked
+// them by when they ran: run 10 (up to 7% slower than the best kernel in the
+// sustained layer benchmark; longer batches after warm-up did worse, up to 31%)
+// and run 15 (tuned gated GEMMs 7-13% slower than untuned ones;
+// bench/results/2026-12-04-h200-run15/README.md). Hence interleaved_medians_us:
+// every candidate of a problem, of every family, timed round by round in
+// rotation, each round one gap-free stretch of device work.
 constexpr double kTargetBatchUs = 300.0;
 constexpr std::size_t kMaxRotationBytes = std::size_t{2} << 30;
 
@@ -84,29 +85,56 @@ double TimingRig::difference_from_reference() {
   return relative_difference(d_.data(), reference_.data(), problem_.dtype, d_elements_, stream());
 }
 
-double TimingRig::median_us(const std::function<void(int)>& run_once) {
-  run_once(0);
-  GE2_CUDA_CHECK(cudaStreamSynchronize(stream()));
-  GE2_CUDA_CHECK(cudaEventRecord(start_.get(), stream()));
-  run_once(1 % sets());
-  GE2_CUDA_CHECK(cudaEventRecord(stop_.get(), stream()));
-  GE2_CUDA_CHECK(cudaEventSynchronize(stop_.get()));
-  float first_ms = 0;
-  GE2_CUDA_CHECK(cudaEventElapsedTime(&first_ms, start_.get(), stop_.get()));
-  const double first_us = std::max(1.0, first_ms * 1e3);
-  const int reps = static_cast<int>(std::clamp(kTargetBatchUs / first_us, 1.0, 50.0));
-  std::vector<double> times;
-  for (int batch = 0; batch < kTimedBatches; ++batch) {
+std::vector<double> TimingRig::interleaved_medians_us(std::span<const Contender> contenders) {
+  const std::size_t count = contenders.size();
+  auto elapsed_us = [](const Event& from, const Event& to) {
+    float ms = 0;
+    GE2_CUDA_CHECK(cudaEventElapsedTime(&ms, from.get(), to.get()));
+    return ms * 1e3;
+  };
+  // One untimed call each, then one timed call that sizes the contender's batches.
+  std::vector<int> reps(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    contenders[i](0);
+    GE2_CUDA_CHECK(cudaStreamSynchronize(stream()));
     GE2_CUDA_CHECK(cudaEventRecord(start_.get(), stream()));
-    for (int r = 0; r < reps; ++r) run_once((batch * reps + r) % sets());
+    contenders[i](1 % sets());
     GE2_CUDA_CHECK(cudaEventRecord(stop_.get(), stream()));
     GE2_CUDA_CHECK(cudaEventSynchronize(stop_.get()));
-    float ms = 0;
-    GE2_CUDA_CHECK(cudaEventElapsedTime(&ms, start_.get(), stop_.get()));
-    times.push_back(ms * 1e3 / reps);
+    reps[i] = static_cast<int>(
+        std::clamp(kTargetBatchUs / std::max(1.0, elapsed_us(start_, stop_)), 1.0, 50.0));
   }
-  std::nth_element(times.begin(), times.begin() + kTimedBatches / 2, times.end());
-  return times[kTimedBatches / 2];
+  // A round enqueues one batch of every contender back to back, an event between
+  // each two, and waits once at its end: the device runs the round without idle
+  // gaps, in the power state sustained work holds it in, like a plan's layers.
+  // Round 0 only brings the device into that state.
+  std::vector<Event> marks;
+  for (std::size_t i = 0; i <= count; ++i) marks.push_back(make_timing_event());
+  std::vector<std::vector<double>> times(count);
+  for (int round = 0; round <= kTimedBatches; ++round) {
+    GE2_CUDA_CHECK(cudaEventRecord(marks[0].get(), stream()));
+    std::vector<std::size_t> order;
+    for (std::size_t j = 0; j < count; ++j) {
+      const std::size_t i = (j + static_cast<std::size_t>(round)) % count;
+      for (int r = 0; r < reps[i]; ++r) contenders[i]((round * reps[i] + r) % sets());
+      GE2_CUDA_CHECK(cudaEventRecord(marks[j + 1].get(), stream()));
+      order.push_back(i);
+    }
+    GE2_CUDA_CHECK(cudaEventSynchronize(marks[count].get()));
+    if (round == 0) continue;
+    for (std::size_t j = 0; j < count; ++j)
+      times[order[j]].push_back(elapsed_us(marks[j], marks[j + 1]) / reps[order[j]]);
+  }
+  std::vector<double> medians;
+  for (auto& t : times) {
+    std::nth_element(t.begin(), t.begin() + kTimedBatches / 2, t.end());
+    medians.push_back(t[kTimedBatches / 2]);
+  }
+  return medians;
+}
+
+double TimingRig::median_us(const Contender& run_once) {
+  return interleaved_medians_us(std::span(&run_once, 1)).front();
 }
 
 }  // namespace ge2::cuda

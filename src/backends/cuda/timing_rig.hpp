@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "backends/cuda/cuda_raii.hpp"
@@ -20,6 +21,9 @@ namespace ge2::cuda {
 // and still count as computing the same result: both accumulate in fp32, what
 // differs is the order of the sums and the output's (or TF32's) rounding.
 double agreement_bound(DType dtype, bool tf32);
+
+// One kernel on the rig: enqueues a call for input set `set` on the rig's stream.
+using Contender = std::function<void(int set)>;
 
 class TimingRig {
  public:
@@ -41,10 +45,14 @@ class TimingRig {
   void clear(void* d);
   // ||output - reference|| / ||reference|| over D's span; synchronises.
   double difference_from_reference();
-  // Median time in microseconds of one call of run_once(set), which enqueues
+  // Median time in microseconds of one call of each contender, which enqueues
   // its work on stream() for input set `set`: the median of 7 batches of about
-  // 300 us of back-to-back calls (timing_rig.cpp says why not longer).
-  double median_us(const std::function<void(int set)>& run_once);
+  // 300 us of back-to-back calls (timing_rig.cpp says why not longer). The
+  // contenders are timed interleaved: every round times one batch of each, in an
+  // order rotated from round to round, so the drift of clocks and power under
+  // sustained load affects all of them alike.
+  std::vector<double> interleaved_medians_us(std::span<const Contender> contenders);
+  double median_us(const Contender& run_once);
 
  private:
   GemmProblem problem_;

@@ -12,7 +12,7 @@ namespace ge2::cuda {
 Tuner::Tuner(cublasLtHandle_t handle, std::size_t max_workspace_bytes, int l2_bytes)
     : handle_(handle), max_workspace_(max_workspace_bytes), l2_bytes_(l2_bytes) {}
 
-TuneOutcome Tuner::tune(LtMatmul& matmul) {
+TuneOutcome Tuner::tune(LtMatmul& matmul, const RivalSource& rival_source) {
   const GemmProblem& p = matmul.problem();
   TimingRig rig(p, l2_bytes_, max_workspace_);
   // A step is the matmul and, where cuBLASLt lacks the activation, its pass
@@ -27,40 +27,47 @@ TuneOutcome Tuner::tune(LtMatmul& matmul) {
   const auto heuristic = matmul.heuristic(1, max_workspace_, 16);
   require(!heuristic.empty(), GE2_ERROR_CUBLAS, "tuner: cuBLASLt offers no algorithm for GEMM {}",
           p.shape_string());
-  TuneOutcome outcome;
-  const cublasLtMatmulAlgo_t baseline = heuristic.front().algo;
   rig.clear(rig.reference());
-  run(baseline, 0, rig.reference());
-  outcome.heuristic_time_us = rig.median_us([&](int set) { run(baseline, set, rig.output()); });
-  outcome.best = {baseline, read_algo_config(baseline), heuristic.front().workspaceSize,
-                  outcome.heuristic_time_us};
+  run(heuristic.front().algo, 0, rig.reference());
 
-  // Candidates: the heuristic's list under several workspace limits, without repeats.
-  std::vector<cublasLtMatmulHeuristicResult_t> candidates;
+  // Candidates: the heuristic's first choice, then its lists under several
+  // workspace limits, without repeats, each agreeing with the first.
+  TuneOutcome outcome;
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates{heuristic.front()};
+  std::vector<AlgoConfig> configs{read_algo_config(heuristic.front().algo)};
+  const double bound = agreement_bound(p.dtype, matmul.kernel() == KernelId::LtTf32);
   for (std::size_t limit : {max_workspace_, std::size_t{4} << 20, std::size_t{0}}) {
     for (const auto& r : matmul.heuristic(32, limit, 16)) {
       const AlgoConfig config = read_algo_config(r.algo);
-      const bool seen = std::any_of(candidates.begin(), candidates.end(), [&](const auto& c) {
-        return read_algo_config(c.algo) == config;
-      });
-      if (!seen) candidates.push_back(r);
+      if (std::find(configs.begin(), configs.end(), config) != configs.end()) continue;
+      configs.push_back(config);
+      ++outcome.candidates;
+      rig.clear(rig.output());
+      run(r.algo, 0, rig.output());
+      const double difference = rig.difference_from_reference();
+      if (!(difference <= bound)) {
+        ++outcome.rejected;
+        continue;
+      }
+      candidates.push_back(r);
     }
   }
-  const double bound = agreement_bound(p.dtype, matmul.kernel() == KernelId::LtTf32);
-  for (const auto& candidate : candidates) {
-    ++outcome.candidates;
-    rig.clear(rig.output());
-    run(candidate.algo, 0, rig.output());
-    const double difference = rig.difference_from_reference();
-    if (!(difference <= bound)) {
-      ++outcome.rejected;
-      continue;
-    }
-    const double time = rig.median_us([&](int set) { run(candidate.algo, set, rig.output()); });
-    if (time < outcome.best.time_us)
-      outcome.best = {candidate.algo, read_algo_config(candidate.algo), candidate.workspaceSize,
-                      time};
-  }
+  std::vector<Contender> contenders;
+  for (const auto& c : candidates)
+    contenders.push_back([&run, &rig, algo = c.algo](int set) { run(algo, set, rig.output()); });
+  std::vector<RivalKernel> rivals = rival_source ? rival_source(rig) : std::vector<RivalKernel>{};
+  for (const RivalKernel& rival : rivals) contenders.push_back(rival.run);
+
+  const std::vector<double> times = rig.interleaved_medians_us(contenders);
+  outcome.heuristic_time_us = times.front();
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < candidates.size(); ++i)
+    if (times[i] < times[best]) best = i;
+  outcome.best = {candidates[best].algo, read_algo_config(candidates[best].algo),
+                  candidates[best].workspaceSize, times[best]};
+  for (std::size_t i = 0; i < rivals.size(); ++i)
+    outcome.rivals.push_back(
+        {rivals[i].kernel, std::move(rivals[i].config), times[candidates.size() + i]});
   outcome.fallback_time_us = rig.median_us([&](int set) {
     const LtPointers r = rig.pointers(set, rig.output());
     launch_fallback_gemm(p, r.a, r.b, r.c, r.bias, r.d, rig.stream());
