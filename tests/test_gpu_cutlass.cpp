@@ -321,6 +321,66 @@ TEST_CASE(
   MESSAGE("gated CUTLASS cases run: " << cases);
 }
 
+TEST_CASE("gpu cutlass: tuning times a gated unit's epilogue itself, under a key of its own") {
+  {
+    auto probe = make_context(GE2_DEVICE_CUDA);
+    if (!cutlass_offered(probe.get())) return;
+  }
+  const std::string db = "/tmp/ge2-gpu-gated-tune-" + std::to_string(::getpid()) + ".sqlite";
+  std::remove(db.c_str());
+  DeviceMemory memory;
+  const GluCase c{.dtype = GE2_DTYPE_BF16,
+                  .act = GE2_ACT_SILU,
+                  .tokens = 1024,
+                  .hidden = 512,
+                  .intermediate = 704,
+                  .trans_b = true,
+                  .bias = true};
+  std::string tuned_kernel;
+  {
+    ContextPtr context = make_tuning_context(GE2_DEVICE_CUDA, GE2_TUNE_TUNE, db);
+    const GemmResult r = run_glu_case(context.get(), memory, c);
+    CHECK_MESSAGE(r.error <= 1e-2, "error " << r.error);
+    const auto selection = selection_of(r.plan_json);
+    tuned_kernel = selection["kernel"];
+    MESSAGE("tuned gated unit: " << tuned_kernel << ": " << selection["why"]);
+    for (const auto& candidate : selection["candidates"]) {
+      if (!candidate["feasible"].get<bool>()) continue;
+      const std::string name = candidate["kernel"], reason = candidate["reason"];
+      CHECK_MESSAGE(candidate["measured"].get<bool>(), name << " was not measured");
+      // The gated row's time is the fused unit's; every other kernel pays the pass.
+      const bool pays_pass = reason.find("separate gated_mul pass") != std::string::npos;
+      CHECK_MESSAGE(pays_pass == (name != "cutlass_bf16_128x128"), name << ": " << reason);
+    }
+    // Timed beside cuBLASLt's candidates: the three plain rows and the gated one.
+    const char* text = nullptr;
+    REQUIRE(ge2_context_describe(context.get(), &text) == GE2_OK);
+    CHECK(nlohmann::json::parse(text)["tuning"]["timed_beside_cublaslt"] == 4);
+  }
+  {
+    ge2::TuneDb database(db, ge2::TuneDb::Mode::ReadOnly);
+    int gated_rows = 0;
+    for (const auto& row : database.list())
+      if (row.key.signature.ends_with(" gated=silu")) {
+        ++gated_rows;
+        CHECK(row.key.kernel == "cutlass_bf16_128x128");
+        CHECK(row.algo.value("configuration", "").ends_with("gated epilogue"));
+      }
+    CHECK(gated_rows == 1);
+  }
+  // A later process reads the rows and makes the same choice untuned.
+  {
+    ContextPtr context = make_tuning_context(GE2_DEVICE_CUDA, GE2_TUNE_CACHED, db);
+    const GemmResult r = run_glu_case(context.get(), memory, c);
+    CHECK(chosen_kernel(r.plan_json) == tuned_kernel);
+    CHECK_MESSAGE(r.error <= 1e-2, "error " << r.error);
+    const char* text = nullptr;
+    REQUIRE(ge2_context_describe(context.get(), &text) == GE2_OK);
+    CHECK(nlohmann::json::parse(text)["tuning"]["stale_rows_ignored"] == 0);
+  }
+  std::remove(db.c_str());
+}
+
 TEST_CASE("gpu cutlass: gated units the epilogue cannot take run unfused, and the plan says why") {
   auto context = make_context(GE2_DEVICE_CUDA);
   if (!cutlass_offered(context.get())) return;

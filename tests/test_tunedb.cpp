@@ -227,6 +227,11 @@ TEST_CASE("tune keys: sizes, effective operand order, epilogue and alignment cla
   odd.b = {1, 255, 128, 0, 128, 1};
   CHECK(make_tune_key(odd, KernelId::LtF16, synthetic_h200()).signature.find("align=2") !=
         std::string::npos);
+  GemmProblem gated = p;
+  gated.act = Activation::None;
+  gated.gated = GatedOutput{Activation::Silu, {1, 64, 64, 0, 64, 1}};
+  CHECK(make_tune_key(gated, KernelId::CutlassF16Pingpong128, synthetic_h200()).signature ==
+        "f16 op=NN bias=1 act=none c=0 align=16 gated=silu");
 }
 
 TEST_CASE(

@@ -69,17 +69,19 @@ std::optional<AlgoChoice> AlgoChooser::from_record(const LtMatmul& matmul, const
   return std::nullopt;
 }
 
-AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key, TuneDb::Replace replace) {
+AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key, TuneDb::Replace replace,
+                                 const GemmProblem* gated_form) {
   Tuner tuner(handle_, workspace_bytes_, l2_cache_bytes());
   GemmProblem plain = matmul.problem();  // rows time the GEMM alone (see measured())
   plain.gated.reset();
-  const TuneOutcome outcome = tuner.tune(matmul, rivals_of(plain));
+  const TuneOutcome outcome = tuner.tune(matmul, rivals_of(plain, gated_form));
   tuned_ += 1 + static_cast<int>(outcome.rivals.size());
   timed_beside_cublaslt_ += static_cast<int>(outcome.rivals.size());
   for (const TimedRival& rival : outcome.rivals) {
-    const TuneKey rival_key = make_tune_key(plain, rival.kernel, device_);
+    const GemmProblem& timed = rival.gated ? *gated_form : plain;
+    const TuneKey rival_key = make_tune_key(timed, rival.kernel, device_);
     measured_[rival_key.to_string()] = rival.time_us;
-    record(rival_key, plain, rival.config, rival.time_us, TuneDb::Replace::IfFaster);
+    record(rival_key, timed, rival.config, rival.time_us, TuneDb::Replace::IfFaster);
   }
   const double gflops = matmul.problem().flops() / (outcome.best.time_us * 1e3);
   measured_[key.to_string()] = outcome.best.time_us;
@@ -112,7 +114,7 @@ AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key, TuneDb::R
                       outcome.best.time_us, outcome.heuristic_time_us)};
 }
 
-AlgoChoice AlgoChooser::choose(LtMatmul& matmul, TuneUse tune) {
+AlgoChoice AlgoChooser::choose(LtMatmul& matmul, TuneUse tune, const GemmProblem* gated_form) {
   const TuneKey key = make_tune_key(matmul.problem(), matmul.kernel(), device_);
   const std::string text = key.to_string();
   std::lock_guard lock(mutex_);  // also makes tuning of one key happen once per process
@@ -132,7 +134,7 @@ AlgoChoice AlgoChooser::choose(LtMatmul& matmul, TuneUse tune) {
     }
   }
   if (!found && mode_ == GE2_TUNE_TUNE && !lookup_only) {
-    choice = tune_now(matmul, key, replace);
+    choice = tune_now(matmul, key, replace, gated_form);
     found = true;
   }
   if (!found && (mode_ == GE2_TUNE_CACHED || lookup_only)) {
@@ -153,10 +155,14 @@ AlgoChoice AlgoChooser::choose(LtMatmul& matmul, TuneUse tune) {
 
 std::optional<double> AlgoChooser::measured(KernelId kernel, const GemmProblem& gemm) {
   if (mode_ == GE2_TUNE_OFF) return std::nullopt;
-  // Rows time the GEMM alone: a gated unit's multiply (GemmProblem::gated) is
-  // the selector's to account for, and the tuner runs the plain GEMM.
+  // A gated unit (GemmProblem::gated): a kernel with the gated epilogue is timed
+  // as the fused unit; the others run the plain GEMM and the selector adds their
+  // gated_mul pass.
   GemmProblem problem = gemm;
-  problem.gated.reset();
+  if (problem.gated &&
+      !(kernel_info(kernel).gated_epilogue && gated_epilogue_problem(problem, kernel).empty()))
+    problem.gated.reset();
+  const GemmProblem* gated_form = gemm.gated ? &gemm : nullptr;
   const TuneKey key = make_tune_key(problem, kernel, device_);
   const std::string text = key.to_string();
   std::lock_guard lock(mutex_);
@@ -177,13 +183,15 @@ std::optional<double> AlgoChooser::measured(KernelId kernel, const GemmProblem& 
               row->algo.dump());
     }
   }
-  if (!time && mode_ == GE2_TUNE_TUNE) time = measure_now(kernel, problem, key, replace);
+  if (!time && mode_ == GE2_TUNE_TUNE)
+    time = measure_now(kernel, problem, key, replace, gated_form);
   measured_.insert_or_assign(text, time);
   return time;
 }
 
 std::optional<double> AlgoChooser::measure_now(KernelId kernel, const GemmProblem& problem,
-                                               const TuneKey& key, TuneDb::Replace replace) {
+                                               const TuneKey& key, TuneDb::Replace replace,
+                                               const GemmProblem* gated_form) {
   const std::string text = key.to_string();
   if (is_cublaslt_kernel(kernel)) {
     // Tuning it also times cuda_f32 on the problem, and makes the tuned
@@ -194,14 +202,17 @@ std::optional<double> AlgoChooser::measure_now(KernelId kernel, const GemmProble
     } catch (const Error&) {
       return std::nullopt;  // a layout cuBLASLt cannot express: the selector says why
     }
-    choose(*matmul);
+    choose(*matmul, TuneUse::AsContext, gated_form);
     const auto it = measured_.find(text);
     return it != measured_.end() ? it->second : std::nullopt;
   }
   // Tuning the problem's cuBLASLt kernel times this one beside its candidates.
   const KernelId lt = cublaslt_kernel_for(problem.dtype);
+  GemmProblem plain = problem;
+  plain.gated.reset();
   try {
-    measure_now(lt, problem, make_tune_key(problem, lt, device_), TuneDb::Replace::IfFaster);
+    measure_now(lt, plain, make_tune_key(plain, lt, device_), TuneDb::Replace::IfFaster,
+                gated_form);
   } catch (const Error&) {
     // cuBLASLt cannot run the problem: this kernel is timed alone below.
   }
@@ -213,18 +224,32 @@ std::optional<double> AlgoChooser::measure_now(KernelId kernel, const GemmProble
   return timed->time_us;
 }
 
-RivalSource AlgoChooser::rivals_of(const GemmProblem& problem) {
-  return [this, problem](TimingRig& rig) {
+RivalSource AlgoChooser::rivals_of(const GemmProblem& problem, const GemmProblem* gated_form) {
+  std::optional<GemmProblem> gated;
+  if (gated_form) gated = *gated_form;
+  return [this, problem, gated](TimingRig& rig) {
     std::vector<RivalKernel> rivals;
-    for (const KernelInfo& info : kKernels) {
-      FamilyTimer* timer = timer_of(info.id);
-      if (timer == nullptr || (info.dtype && *info.dtype != problem.dtype)) continue;
-      const TuneKey key = make_tune_key(problem, info.id, device_);
-      if (measured_.contains(key.to_string()) || db_.find_exact(key)) continue;
-      if (std::optional<RivalKernel> rival = timer->rival(info.id, problem, rig))
+    auto add = [&](KernelId kernel, const GemmProblem& timed) {
+      const TuneKey key = make_tune_key(timed, kernel, device_);
+      if (measured_.contains(key.to_string()) || db_.find_exact(key)) return;
+      std::optional<RivalKernel> rival;
+      try {
+        rival = timer_of(kernel)->rival(kernel, timed, rig);
+      } catch (const Error& error) {
+        // A kernel that cannot be readied is left unmeasured; cuBLASLt's tuning goes on.
+        logger_(LogLevel::Warning, "tuning: {} not timed on GEMM {}: {}", kernel_name(kernel),
+                timed.shape_string(), error.what());
+      }
+      if (rival)
         rivals.push_back(std::move(*rival));
       else
         measured_.emplace(key.to_string(), std::nullopt);
+    };
+    for (const KernelInfo& info : kKernels) {
+      if (timer_of(info.id) == nullptr || (info.dtype && *info.dtype != problem.dtype)) continue;
+      add(info.id, problem);
+      if (gated && info.gated_epilogue && gated_epilogue_problem(*gated, info.id).empty())
+        add(info.id, *gated);
     }
     return rivals;
   };
@@ -233,13 +258,15 @@ RivalSource AlgoChooser::rivals_of(const GemmProblem& problem) {
 std::optional<TimedRival> AlgoChooser::time_alone(KernelId kernel, const GemmProblem& problem) {
   FamilyTimer* timer = timer_of(kernel);
   if (timer == nullptr) return std::nullopt;
-  TimingRig rig(problem, l2_cache_bytes(), workspace_bytes_);
+  GemmProblem plain = problem;  // the rig holds the GEMM's operands and plain result
+  plain.gated.reset();
+  TimingRig rig(plain, l2_cache_bytes(), workspace_bytes_);
   rig.clear(rig.reference());
   const LtPointers r = rig.pointers(0, rig.reference());
-  launch_fallback_gemm(problem, r.a, r.b, r.c, r.bias, r.d, rig.stream());
+  launch_fallback_gemm(plain, r.a, r.b, r.c, r.bias, r.d, rig.stream());
   std::optional<RivalKernel> rival = timer->rival(kernel, problem, rig);
   if (!rival) return std::nullopt;
-  return TimedRival{kernel, std::move(rival->config), rig.median_us(rival->run)};
+  return TimedRival{kernel, rival->gated, std::move(rival->config), rig.median_us(rival->run)};
 }
 
 void AlgoChooser::record(const TuneKey& key, const GemmProblem& problem,

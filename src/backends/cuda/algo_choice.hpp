@@ -32,7 +32,8 @@ class FamilyTimer {
  public:
   virtual ~FamilyTimer() = default;
   // `kernel` on the rig's operands, checked against rig.reference() (made for
-  // `problem`); empty when it cannot run the problem or disagrees.
+  // `problem` without its gated output); empty when it cannot run the problem or
+  // disagrees. For a gated problem, the kernel's gated epilogue.
   virtual std::optional<RivalKernel> rival(KernelId kernel, const GemmProblem& problem,
                                            TimingRig& rig) = 0;
   virtual bool row_matches(KernelId kernel, const GemmProblem& problem,
@@ -54,26 +55,35 @@ class AlgoChooser {
   // `tune` LookupOnly: a context in tuning mode reads stored rows (exact, then
   // the size bucket's) as in cached mode instead of tuning; the result is not
   // cached, so a later compile of that problem still tunes it.
-  AlgoChoice choose(LtMatmul& matmul, TuneUse tune = TuneUse::AsContext);
+  AlgoChoice choose(LtMatmul& matmul, TuneUse tune = TuneUse::AsContext) {
+    return choose(matmul, tune, nullptr);
+  }
   // cuBLASLt's first choice for pointers aligned to `alignment` bytes.
   AlgoChoice heuristic(const LtMatmul& matmul, std::uint32_t alignment) const;
   MeasuredTime measured_times();
   nlohmann::json describe() const;
 
  private:
+  // `gated_form`: the gated unit (GemmProblem::gated) whose plain GEMM `matmul`
+  // runs, if any: tuning it also times the gated epilogues beside its candidates.
+  AlgoChoice choose(LtMatmul& matmul, TuneUse tune, const GemmProblem* gated_form);
   std::optional<AlgoChoice> from_record(const LtMatmul& matmul, const TuneRecord& record,
                                         std::string source);
   // `replace`: the stored row of `key` was unusable, so the new result replaces
   // it even when slower (else it would be tuned again in every process).
-  AlgoChoice tune_now(LtMatmul& matmul, const TuneKey& key, TuneDb::Replace replace);
+  AlgoChoice tune_now(LtMatmul& matmul, const TuneKey& key, TuneDb::Replace replace,
+                      const GemmProblem* gated_form);
   // The measured step time of `kernel` on `problem`: from this process, the
-  // database, or (tuning mode) measured now, for every kernel family.
+  // database, or (tuning mode) measured now, for every kernel family. For a
+  // gated unit, a kernel with the gated epilogue is timed as the fused unit,
+  // the others on the plain GEMM (the selector adds their gated_mul pass).
   std::optional<double> measured(KernelId kernel, const GemmProblem& problem);
   std::optional<double> measure_now(KernelId kernel, const GemmProblem& problem, const TuneKey& key,
-                                    TuneDb::Replace replace);
+                                    TuneDb::Replace replace, const GemmProblem* gated_form);
   // The kernels of ge2's own families that Tuner times beside cuBLASLt's
-  // candidates for `problem`: those without a time in this process or a row.
-  RivalSource rivals_of(const GemmProblem& problem);
+  // candidates for the plain `problem` (and the gated epilogues of `gated_form`):
+  // those without a time in this process or a row.
+  RivalSource rivals_of(const GemmProblem& problem, const GemmProblem* gated_form);
   // A rival timed alone, against cuda_f32, where no cuBLASLt kernel runs the problem.
   std::optional<TimedRival> time_alone(KernelId kernel, const GemmProblem& problem);
   void record(const TuneKey& key, const GemmProblem& problem, const nlohmann::json& config,

@@ -230,13 +230,36 @@ class CutlassTimer final : public FamilyTimer {
 
   std::optional<RivalKernel> rival(KernelId kernel, const GemmProblem& original,
                                    TimingRig& rig) override {
+    if (original.gated && !gated_epilogue_problem(original, kernel).empty()) return std::nullopt;
     // A folded batch reads the same memory as the rig's batched operands.
     const GemmProblem problem = fold_batch_into_m(original);
     if (!cutlass_layout_problem(problem).empty()) return std::nullopt;
-    std::shared_ptr<GemmLauncher> launcher = make_launcher(kernel, problem.act, false);
+    std::shared_ptr<GemmLauncher> launcher =
+        make_launcher(kernel, problem.act, problem.gated.has_value());
     const GemmArgs base = base_arguments(problem, device_, sm_count_);
-    auto arguments = [&rig, base, problem](int set, void* d) {
-      return with_pointers(base, problem, rig.pointers(set, d));
+    // A gated unit reads B and the bias interleaved, as the plan prepares them:
+    // one copy per input set; its output goes to the rig's (wider) output.
+    auto prepared = std::make_shared<std::vector<DeviceBuffer>>();
+    if (problem.gated) {
+      const MatrixView& out = problem.gated->out;
+      if ((out.rows - 1) * out.row_stride + (out.cols - 1) * out.col_stride + 1 >
+          rig.output_elements())
+        return std::nullopt;
+      GE2_CUDA_CHECK(cudaStreamSynchronize(rig.stream()));
+      for (int set = 0; set < rig.sets(); ++set) {
+        const LtPointers operands = rig.pointers(set, nullptr);
+        prepared->emplace_back(gated_weight_bytes(problem));
+        prepare_gated_weight(problem, operands.b, problem.has_bias ? operands.bias : nullptr,
+                             prepared->back().data());
+      }
+    }
+    auto arguments = [&rig, base, problem, prepared](int set, void* d) {
+      LtPointers pointers = rig.pointers(set, d);
+      if (problem.gated) {
+        auto* weight = static_cast<unsigned char*>((*prepared)[set % rig.sets()].data());
+        pointers = {pointers.a, weight, nullptr, weight + gated_bias_offset(problem), d};
+      }
+      return with_pointers(base, problem, pointers);
     };
     if (!launcher->check(arguments(0, rig.output())).empty()) return std::nullopt;
     auto run = [&rig, launcher, arguments, kernel](int set) {
@@ -247,21 +270,26 @@ class CutlassTimer final : public FamilyTimer {
     };
     rig.clear(rig.output());
     run(0);
-    const double difference = rig.difference_from_reference();
+    // The rig's reference has the unfolded problem's layout.
+    const double difference = original.gated ? rig.gated_difference_from_reference(*original.gated)
+                                             : rig.difference_from_reference();
     if (!(difference <= agreement_bound(problem.dtype, false))) {
       logger_(LogLevel::Warning,
-              "tuning: {} disagrees with the reference on GEMM {} (relative difference {:.3g}); "
+              "tuning: {}{} disagrees with the reference on GEMM {} (relative difference {:.3g}); "
               "not timed",
-              kernel_name(kernel), problem.shape_string(), difference);
+              kernel_name(kernel), problem.gated ? " (gated epilogue)" : "", problem.shape_string(),
+              difference);
       return std::nullopt;
     }
-    return RivalKernel{kernel, run, {{"configuration", launcher->configuration()}}};
+    return RivalKernel{
+        kernel, problem.gated.has_value(), run, {{"configuration", launcher->configuration()}}};
   }
 
   bool row_matches(KernelId kernel, const GemmProblem& problem,
                    const nlohmann::json& stored) const override {
-    return stored.is_object() && stored.value("configuration", "") ==
-                                     make_launcher(kernel, problem.act, false)->configuration();
+    return stored.is_object() &&
+           stored.value("configuration", "") ==
+               make_launcher(kernel, problem.act, problem.gated.has_value())->configuration();
   }
 
  private:

@@ -53,7 +53,7 @@ class SkinnyTimer final : public FamilyTimer {
 
   std::optional<RivalKernel> rival(KernelId kernel, const GemmProblem& original,
                                    TimingRig& rig) override {
-    if (!skinny_layout_problem(original, device_).empty()) return std::nullopt;
+    if (original.gated || !skinny_layout_problem(original, device_).empty()) return std::nullopt;
     // A folded batch reads the same memory as the rig's batched operands.
     const GemmProblem problem = skinny_problem(original);
     auto run = [&rig, problem](int set) {
@@ -70,7 +70,7 @@ class SkinnyTimer final : public FamilyTimer {
               kernel_name(kernel), problem.shape_string(), difference);
       return std::nullopt;
     }
-    return RivalKernel{kernel, run, {{"configuration", skinny_configuration()}}};
+    return RivalKernel{kernel, false, run, {{"configuration", skinny_configuration()}}};
   }
 
   bool row_matches(KernelId, const GemmProblem&, const nlohmann::json& stored) const override {

@@ -1,8 +1,10 @@
 #include "backends/cuda/timing_rig.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "backends/cuda/tune_kernels.hpp"
+#include "core/activation.hpp"
 
 namespace ge2::cuda {
 namespace {
@@ -83,6 +85,40 @@ void TimingRig::clear(void* d) {
 
 double TimingRig::difference_from_reference() {
   return relative_difference(d_.data(), reference_.data(), problem_.dtype, d_elements_, stream());
+}
+
+double TimingRig::gated_difference_from_reference(const GatedOutput& gated) {
+  GE2_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  const GemmProblem& p = problem_;
+  const DTypeInfo& type = dtype_info(p.dtype);
+  const std::int64_t half = p.n / 2, rows = p.batch * p.m;
+  const std::int64_t samples = std::min<std::int64_t>(rows, 64);
+  const MatrixView &d = p.d, &out = gated.out;
+  std::vector<unsigned char> reference_row(static_cast<std::size_t>((p.n - 1) * d.col_stride + 1) *
+                                           type.bytes);
+  std::vector<unsigned char> output_row(static_cast<std::size_t>((half - 1) * out.col_stride + 1) *
+                                        type.bytes);
+  double difference = 0, norm = 0;
+  for (std::int64_t s = 0; s < samples; ++s) {
+    const std::int64_t row = s * rows / samples, batch = row / p.m, i = row % p.m;
+    const auto* reference = static_cast<const unsigned char*>(reference_.data()) +
+                            (batch * d.batch_stride + i * d.row_stride) * type.bytes;
+    const auto* output = static_cast<const unsigned char*>(d_.data()) +
+                         (batch * out.batch_stride + i * out.row_stride) * type.bytes;
+    GE2_CUDA_CHECK(
+        cudaMemcpy(reference_row.data(), reference, reference_row.size(), cudaMemcpyDeviceToHost));
+    GE2_CUDA_CHECK(
+        cudaMemcpy(output_row.data(), output, output_row.size(), cudaMemcpyDeviceToHost));
+    for (std::int64_t j = 0; j < half; ++j) {
+      const float want =
+          apply_activation(gated.act, type.load(reference_row.data(), j * d.col_stride)) *
+          type.load(reference_row.data(), (half + j) * d.col_stride);
+      const float got = type.load(output_row.data(), j * out.col_stride);
+      difference += (static_cast<double>(got) - want) * (static_cast<double>(got) - want);
+      norm += static_cast<double>(want) * want;
+    }
+  }
+  return norm > 0 ? std::sqrt(difference / norm) : (difference > 0 ? HUGE_VAL : 0.0);
 }
 
 std::vector<double> TimingRig::interleaved_medians_us(std::span<const Contender> contenders) {

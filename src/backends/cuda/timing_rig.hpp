@@ -45,6 +45,11 @@ class TimingRig {
   void clear(void* d);
   // ||output - reference|| / ||reference|| over D's span; synchronises.
   double difference_from_reference();
+  // The same for a gated unit's output (`gated.out`, written to output()) against
+  // act(gate) * up of the reference's [gate | up] halves, on up to 64 sampled
+  // rows, computed on the host; synchronises.
+  double gated_difference_from_reference(const GatedOutput& gated);
+  std::int64_t output_elements() const { return d_elements_; }
   // Median time in microseconds of one call of each contender, which enqueues
   // its work on stream() for input set `set`: the median of 7 batches of about
   // 300 us of back-to-back calls (timing_rig.cpp says why not longer). The

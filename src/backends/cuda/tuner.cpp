@@ -66,8 +66,8 @@ TuneOutcome Tuner::tune(LtMatmul& matmul, const RivalSource& rival_source) {
   outcome.best = {candidates[best].algo, read_algo_config(candidates[best].algo),
                   candidates[best].workspaceSize, times[best]};
   for (std::size_t i = 0; i < rivals.size(); ++i)
-    outcome.rivals.push_back(
-        {rivals[i].kernel, std::move(rivals[i].config), times[candidates.size() + i]});
+    outcome.rivals.push_back({rivals[i].kernel, rivals[i].gated, std::move(rivals[i].config),
+                              times[candidates.size() + i]});
   outcome.fallback_time_us = rig.median_us([&](int set) {
     const LtPointers r = rig.pointers(set, rig.output());
     launch_fallback_gemm(p, r.a, r.b, r.c, r.bias, r.d, rig.stream());

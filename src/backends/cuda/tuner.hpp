@@ -27,6 +27,7 @@ struct TimedAlgo {
 // (checked against the rig's reference by whoever made it).
 struct RivalKernel {
   KernelId kernel;
+  bool gated;  // runs the gated unit (its epilogue), not the plain GEMM
   Contender run;
   nlohmann::json config;  // what its tuning database row stores
 };
@@ -36,6 +37,7 @@ using RivalSource = std::function<std::vector<RivalKernel>(TimingRig& rig)>;
 
 struct TimedRival {
   KernelId kernel;
+  bool gated;
   nlohmann::json config;
   double time_us = 0;  // median
 };
