@@ -45,13 +45,16 @@ python3 scripts/check_layers.py .  # the include graph follows the documented la
 if command -v clang-format > /dev/null; then  # the tree is clang-formatted (.clang-format)
   git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' '*.c' '*.h' | xargs clang-format --dry-run --Werror
 fi
-# The wheel (scikit-build-core over the same CMake, CPU-only here) carries libge2: installed
-# into a fresh virtual environment, it imports and computes without GE2_LIBRARY.
-rm -rf /tmp/ge2-wheel /tmp/ge2-venv
+# The wheel (scikit-build-core over the same CMake, CPU-only here) carries libge2; repaired
+# into a manylinux wheel and installed into a fresh virtual environment, it imports and
+# computes without GE2_LIBRARY.
+rm -rf /tmp/ge2-wheel /tmp/ge2-wheelhouse /tmp/ge2-venv
 python3 -m pip wheel -q --no-build-isolation --no-deps -w /tmp/ge2-wheel \
   -C cmake.define.GE2_WITH_CUDA=OFF -C build-dir="$ROOT/build-wheel" bindings/python
+repaired=$(bash scripts/repair-wheel.sh /tmp/ge2-wheel/ge2-*.whl /tmp/ge2-wheelhouse)
+echo "manylinux wheel: $repaired"
 python3 -m venv --system-site-packages /tmp/ge2-venv
-/tmp/ge2-venv/bin/python -m pip install -q --no-deps /tmp/ge2-wheel/ge2-*.whl
+/tmp/ge2-venv/bin/python -m pip install -q --no-deps "$repaired"
 (cd /tmp && env -u GE2_LIBRARY -u PYTHONPATH /tmp/ge2-venv/bin/python -c "
 import importlib.metadata, numpy as np, ge2
 assert ge2.__file__.startswith('/tmp/ge2-venv/'), ge2.__file__
