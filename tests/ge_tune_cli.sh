@@ -71,6 +71,26 @@ expect 1 "not a ge2 tuning database" -- "$GE_TUNE" --db foreign.sqlite import --
 expect 2 "--shape: '99999999999999999999x1x1'" -- "$GE_TUNE" --db db.sqlite check --shape 99999999999999999999x1x1
 expect 2 "--preset: 'ffn:0'" -- "$GE_TUNE" --db db.sqlite check --preset ffn:0
 
+# Record mode: the GEMM problems a workload compiled ($GE2_TUNE_RECORD), rebuilt by
+# --from-recorded (on the CPU backend here) into graphs that pose the same problems:
+# recording those compiles gives the same records back. Padded rows, a batch over a
+# shared weight, C with beta, a transposed A and a gated unit.
+cat > recorded.jsonl << 'RECORDS'
+{"ge2_gemm_record":1,"dtype":"bf16","m":5,"n":24,"k":40,"batch":3,"trans_a":false,"trans_b":true,"alpha":2.0,"beta":0.5,"a":{"shape":[3,5,40],"strides":[240,48,1]},"b":{"shape":[24,40],"strides":[40,1]},"c":{"shape":[3,5,24],"strides":[120,24,1]},"d":{"shape":[3,5,24],"strides":[120,24,1]},"bias":true,"act":"gelu_tanh"}
+{"ge2_gemm_record":1,"dtype":"f16","m":7,"n":32,"k":16,"batch":1,"trans_a":false,"trans_b":true,"alpha":1.0,"beta":0.0,"a":{"shape":[7,16],"strides":[16,1]},"b":{"shape":[32,16],"strides":[16,1]},"d":{"shape":[7,16],"strides":[16,1]},"bias":false,"act":"none","gated":"silu"}
+{"ge2_gemm_record":1,"dtype":"f32","m":9,"n":6,"k":8,"batch":1,"trans_a":true,"trans_b":false,"alpha":1.0,"beta":0.0,"a":{"shape":[8,9],"strides":[9,1]},"b":{"shape":[8,6],"strides":[6,1]},"d":{"shape":[9,6],"strides":[6,1]},"bias":false,"act":"relu"}
+RECORDS
+expect 0 "recorded 3x5x24x40 bf16 act gelu_tanh bias C: cpu_ref" -- env GE2_TUNE_RECORD="$work/again.jsonl" "$GE_TUNE" --db db.sqlite check --device cpu --from-recorded recorded.jsonl
+if ! diff <(sort recorded.jsonl) <(sort again.jsonl) > /dev/null; then
+  echo "FAIL: the rebuilt graphs posed other problems:"
+  diff <(sort recorded.jsonl) <(sort again.jsonl) | sed 's/^/    /'
+  failures=$((failures + 1))
+fi
+expect 0 '^\{"compile_s":[0-9.e-]+,"kernel":"cpu_ref","problem":\{.*"gated":"silu"' -- "$GE_TUNE" check --db db.sqlite --device cpu --from-recorded recorded.jsonl --json
+sed '2s/"m":7/"m":0/' recorded.jsonl > bad-recorded.jsonl
+expect 1 "bad-recorded.jsonl:2: field 'm' = 0 is not an integer" -- "$GE_TUNE" --db db.sqlite check --device cpu --from-recorded bad-recorded.jsonl
+expect 2 "--device-ordinal" -- "$GE_TUNE" --db db.sqlite check --device-ordinal -1 --shape 8x8x8
+
 if [ "$failures" -ne 0 ]; then
   echo "ge_tune CLI: $failures check(s) failed"
   exit 1

@@ -2,7 +2,12 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <cstddef>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "support/api_helpers.hpp"
@@ -195,4 +200,75 @@ TEST_CASE("concurrency: one plan executed from several threads gives right answe
   }
   for (auto& thread : threads) thread.join();
   for (int t = 0; t < kThreads; ++t) CHECK(failures[static_cast<std::size_t>(t)] == 0);
+}
+
+TEST_CASE(
+    "GE2_TUNE_RECORD: compiled GEMM problems are appended; a foreign file is left untouched") {
+  const std::string dir = "/tmp/ge2-record-api-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/gemms.jsonl";
+  std::vector<std::string> warnings;
+  auto make_recording_context = [&](const std::string& file) {
+    setenv("GE2_TUNE_RECORD", file.c_str(), 1);  // read once, at creation
+    ge2_context_options_t options;
+    REQUIRE(ge2_context_options_init(&options) == GE2_OK);
+    options.device = GE2_DEVICE_CPU;
+    options.log_user_data = &warnings;
+    options.log_callback = [](void* user, ge2_log_level_t, const char* message) {
+      static_cast<std::vector<std::string>*>(user)->emplace_back(message);
+    };
+    ge2_context_t* raw = nullptr;
+    REQUIRE(ge2_context_create(GE2_API_VERSION, &options, &raw) == GE2_OK);
+    unsetenv("GE2_TUNE_RECORD");
+    return ContextPtr(raw);
+  };
+  auto lines_of = [](const std::string& file) {
+    std::vector<nlohmann::json> lines;
+    std::ifstream in(file);
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    return lines;
+  };
+  {
+    ContextPtr context = make_recording_context(path);
+    const LinearLayer layer =
+        make_linear_layer(context.get(), GE2_DTYPE_F16, 37, 48, 24, GE2_ACT_SILU, nullptr);
+    // A one-shot call compiles (and records) once; its second call is a cache hit.
+    HostTensor a = make_tensor(GE2_DTYPE_F32, {5, 8}), b = make_tensor(GE2_DTYPE_F32, {8, 6}),
+               d = make_tensor(GE2_DTYPE_F32, {5, 6});
+    fill_random(a);
+    fill_random(b);
+    ge2_gemm_params_t params;
+    REQUIRE(ge2_gemm_params_init(&params) == GE2_OK);
+    params.dtype = GE2_DTYPE_F32;
+    params.m = 5, params.n = 6, params.k = 8;
+    for (int call = 0; call < 2; ++call)
+      REQUIRE(ge2_gemm_bias_act(context.get(), &params, a.data(), b.data(), nullptr, d.data(),
+                                nullptr) == GE2_OK);
+  }
+  const auto lines = lines_of(path);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0]["ge2_gemm_record"] == 1);
+  CHECK((lines[0]["m"] == 37 && lines[0]["n"] == 48 && lines[0]["k"] == 24));
+  CHECK((lines[0]["dtype"] == "f16" && lines[0]["act"] == "silu" && lines[0]["bias"] == true));
+  CHECK(lines[0]["trans_b"] == true);
+  CHECK((lines[1]["m"] == 5 && lines[1]["n"] == 6 && lines[1]["k"] == 8 &&
+         lines[1]["dtype"] == "f32"));
+  CHECK(warnings.empty());
+
+  // Somebody else's file: compiles still succeed, the file keeps its bytes, one warning.
+  const std::string foreign = dir + "/notes.txt";
+  std::ofstream(foreign) << "not ge2's\n";
+  {
+    ContextPtr context = make_recording_context(foreign);
+    for (int i = 0; i < 2; ++i)
+      make_linear_layer(context.get(), GE2_DTYPE_F32, 4, 8, 16, GE2_ACT_NONE, nullptr);
+  }
+  std::ifstream in(foreign);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text == "not ge2's\n");
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("left untouched") != std::string::npos);
+  CHECK(warnings[0].find("records no more") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }

@@ -2,14 +2,18 @@
 //
 //   ge_tune [--db FILE] tune   [--shape MxNxK[xB]]... [--shapes-file F] [--preset FFN]
 //                              [--dtype f16|bf16|f32] [--act none|relu|gelu|gelu_tanh|silu]
-//                              [--no-bias] [--weights nk|kn]
-//   ge_tune [--db FILE] check  (the same problem options; which algorithm each shape gets)
+//                              [--no-bias] [--weights nk|kn] [--from-recorded FILE]
+//                              [--device cuda|cpu] [--device-ordinal N] [--json]
+//   ge_tune [--db FILE] check  (the same options; which algorithm each shape gets)
 //   ge_tune [--db FILE] list   [--kernel K] [--device TEXT]
 //   ge_tune [--db FILE] export --out FILE.jsonl
 //   ge_tune [--db FILE] import --in FILE.jsonl
 //   ge_tune [--db FILE] prune  --keep-device KEY --keep-cublaslt N [--dry-run] [--force]
 //   ge_tune [--db FILE] info
 //
+// --from-recorded FILE: the GEMM problems a workload compiled while
+// $GE2_TUNE_RECORD named FILE (tunedb/gemm_record.hpp), each rebuilt as a graph
+// that poses the same problem (layouts, C, epilogue, gated units included).
 // --db may also follow the subcommand. Without it, the library's own rule
 // finds the file: $GE2_TUNEDB, else $XDG_CACHE_HOME/ge2/tunedb.sqlite, else
 // ~/.cache/ge2/tunedb.sqlite.
@@ -22,13 +26,17 @@
 
 #include <charconv>
 #include <chrono>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/tensor_type.hpp"
 #include "ge_v2_api.h"
+#include "tunedb/gemm_record.hpp"
 #include "tunedb/tunedb.hpp"
 #include "tunedb/tunedb_jsonl.hpp"
 #include "tunedb/tunedb_path.hpp"
@@ -78,10 +86,12 @@ void check(ge2_status_t status) {
     throw std::runtime_error(fmt::format("{} ({})", ge2_last_error(), ge2_status_string(status)));
 }
 
-ge2_context_t* open_context(ge2_tune_mode_t mode, const std::string& db) {
+ge2_context_t* open_context(ge2_tune_mode_t mode, const std::string& db, ge2_device_kind_t device,
+                            int ordinal) {
   ge2_context_options_t options;
   check(ge2_context_options_init(&options));
-  options.device = GE2_DEVICE_CUDA;
+  options.device = device;
+  options.device_ordinal = ordinal;
   options.tune_mode = mode;
   options.tunedb_path = db.c_str();
   ge2_context_t* context = nullptr;
@@ -91,6 +101,117 @@ ge2_context_t* open_context(ge2_tune_mode_t mode, const std::string& db) {
 
 // Compiles a one-node GEMM(+bias+act) plan; in tune mode that tunes the problem.
 // `nn_linear`: B is an [N, K] weight used transposed, as torch.nn.Linear stores it.
+// The plan's first step, described; destroys the graph.
+nlohmann::json compile_first_step(ge2_context_t* context, ge2_graph_t* graph) {
+  ge2_plan_t* plan = nullptr;
+  const ge2_status_t status = ge2_plan_compile(context, graph, nullptr, &plan);
+  ge2_graph_destroy(graph);
+  check(status);
+  const char* text = nullptr;
+  check(ge2_plan_describe(plan, &text));
+  nlohmann::json step = nlohmann::json::parse(text)["steps"][0];
+  ge2_plan_destroy(plan);
+  return step;
+}
+
+ge2_tensor_desc_t desc_of(ge2::DType dtype, const ge2::RecordedTensor& t) {
+  ge2_tensor_desc_t desc{
+      static_cast<ge2_dtype_t>(dtype), static_cast<int32_t>(t.shape.size()), {}, {}};
+  for (std::size_t i = 0; i < t.shape.size(); ++i) {
+    desc.shape[i] = t.shape[i];
+    desc.strides[i] = t.strides[i];
+  }
+  return desc;
+}
+
+// A dense constant of random values of magnitude in [0.5, 1) and either sign,
+// written as bit patterns (what the weights hold does not change a GEMM's time).
+ge2_value_t add_random_constant(ge2_graph_t* graph, const char* name, ge2::DType dtype,
+                                std::vector<std::int64_t> shape) {
+  ge2_tensor_desc_t desc = desc_of(dtype, {shape, std::vector<std::int64_t>(shape.size(), 0)});
+  std::int64_t count = 1;
+  for (std::int64_t dim : shape) count *= dim;
+  const std::size_t bytes = ge2::dtype_size(dtype);
+  std::vector<unsigned char> data(static_cast<std::size_t>(count) * bytes);
+  std::uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (std::int64_t i = 0; i < count; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const auto bits = static_cast<std::uint32_t>(state >> 32);
+    const std::uint32_t sign = bits >> 31;
+    // Exponent of 0.5 and random mantissa bits, in each format.
+    const std::uint32_t pattern =
+        dtype == ge2::DType::F16    ? (sign << 15) | 0x3800u | (bits & 0x3ffu)
+        : dtype == ge2::DType::BF16 ? (sign << 15) | 0x3f00u | (bits & 0x7fu)
+                                    : (sign << 31) | 0x3f000000u | (bits & 0x7fffffu);
+    std::memcpy(data.data() + static_cast<std::size_t>(i) * bytes, &pattern,
+                bytes);  // little endian
+  }
+  ge2_value_t value = GE2_NO_VALUE;
+  check(ge2_graph_add_constant(graph, name, &desc, data.data(), &value));
+  return value;
+}
+
+// A graph whose plan poses the recorded problem: A, B, C and D with their
+// layouts, bias and activation after the GEMM (fused back into its epilogue);
+// a gated unit as act(x·Wg) ⊙ (x·Wu) with constant halves of the joined weight.
+ge2_graph_t* graph_of(const ge2::RecordedGemm& r) {
+  ge2_graph_t* graph = nullptr;
+  check(ge2_graph_create(&graph));
+  try {
+    ge2_gemm_attrs_t attrs;
+    check(ge2_gemm_attrs_init(&attrs));
+    attrs.trans_a = r.trans_a ? 1 : 0;
+    attrs.trans_b = r.trans_b ? 1 : 0;
+    attrs.alpha = r.alpha;
+    attrs.beta = r.beta;
+    const ge2_tensor_desc_t da = desc_of(r.dtype, r.a), dd = desc_of(r.dtype, r.d);
+    ge2_value_t a = GE2_NO_VALUE, out = GE2_NO_VALUE;
+    check(ge2_graph_add_input(graph, "a", &da, &a));
+    auto gemm_bias = [&](ge2_value_t b, ge2_value_t c, ge2_value_t bias) {
+      ge2_value_t d = GE2_NO_VALUE;
+      check(ge2_graph_add_gemm(graph, a, b, c, &attrs, &d));
+      if (bias != GE2_NO_VALUE) check(ge2_graph_add_bias(graph, d, bias, &d));
+      return d;
+    };
+    if (r.gated) {
+      const std::int64_t half = r.n / 2;
+      const std::vector<std::int64_t> weight =
+          r.trans_b ? std::vector{half, r.k} : std::vector{r.k, half};
+      const ge2_value_t wg = add_random_constant(graph, "w_gate", r.dtype, weight);
+      const ge2_value_t wu = add_random_constant(graph, "w_up", r.dtype, weight);
+      ge2_value_t bg = GE2_NO_VALUE, bu = GE2_NO_VALUE;
+      if (r.bias) {
+        bg = add_random_constant(graph, "b_gate", r.dtype, {half});
+        bu = add_random_constant(graph, "b_up", r.dtype, {half});
+      }
+      ge2_value_t gate = gemm_bias(wg, GE2_NO_VALUE, bg);
+      check(ge2_graph_add_activation(graph, gate, static_cast<ge2_activation_t>(*r.gated), &gate));
+      check(ge2_graph_add_elementwise(graph, GE2_ELEMENTWISE_MUL, gate,
+                                      gemm_bias(wu, GE2_NO_VALUE, bu), &out));
+    } else {
+      const ge2_tensor_desc_t db = desc_of(r.dtype, r.b);
+      ge2_value_t b = GE2_NO_VALUE, c = GE2_NO_VALUE, bias = GE2_NO_VALUE;
+      check(ge2_graph_add_input(graph, "b", &db, &b));
+      if (r.c) {
+        const ge2_tensor_desc_t dc = desc_of(r.dtype, *r.c);
+        check(ge2_graph_add_input(graph, "c", &dc, &c));
+      }
+      if (r.bias) {
+        const ge2_tensor_desc_t dbias = desc_of(r.dtype, {{r.n}, {1}});
+        check(ge2_graph_add_input(graph, "bias", &dbias, &bias));
+      }
+      out = gemm_bias(b, c, bias);
+      if (r.act != ge2::Activation::None)
+        check(ge2_graph_add_activation(graph, out, static_cast<ge2_activation_t>(r.act), &out));
+    }
+    check(ge2_graph_mark_output(graph, out, "d", &dd));
+  } catch (...) {
+    ge2_graph_destroy(graph);
+    throw;
+  }
+  return graph;
+}
+
 nlohmann::json compile_shape(ge2_context_t* context, const Shape& s, ge2_dtype_t dtype,
                              ge2_activation_t act, bool bias, bool nn_linear) {
   ge2_graph_t* graph = nullptr;
@@ -110,15 +231,7 @@ nlohmann::json compile_shape(ge2_context_t* context, const Shape& s, ge2_dtype_t
   if (bias) check(ge2_graph_add_input(graph, "bias", &dbias, &vb));
   check(ge2_graph_add_gemm_bias_act(graph, a, b, vb, &attrs, act, &d));
   check(ge2_graph_mark_output(graph, d, "d", nullptr));
-  ge2_plan_t* plan = nullptr;
-  const ge2_status_t status = ge2_plan_compile(context, graph, nullptr, &plan);
-  ge2_graph_destroy(graph);
-  check(status);
-  const char* text = nullptr;
-  check(ge2_plan_describe(plan, &text));
-  nlohmann::json step = nlohmann::json::parse(text)["steps"][0];
-  ge2_plan_destroy(plan);
-  return step;
+  return compile_first_step(context, graph);
 }
 
 // Deletes every row but those of (keep_device, keep_version), matched exactly,
@@ -170,9 +283,11 @@ int main(int argc, char** argv) {
   std::string db;
   std::vector<std::string> shape_texts, presets;
   std::string shapes_file, dtype_text = "f16", act_text = "relu", weights_text = "nk",
-                           kernel_filter, device_filter, file, keep_device;
+                           kernel_filter, device_filter, file, keep_device, recorded_file,
+                           device_text = "cuda";
   bool no_bias = false, dry_run = false, force = false, json = false;
   std::int64_t keep_cublaslt = -1;
+  int device_ordinal = 0;
 
   auto add_problem_options = [&](CLI::App* sub) {
     sub->add_option("--shape", shape_texts, "MxNxK or MxNxKxB (repeatable)");
@@ -188,6 +303,14 @@ int main(int argc, char** argv) {
                     "B's layout: nk (an [N, K] weight used transposed, as torch.nn.Linear "
                     "stores it; the default) or kn ([K, N])")
         ->check(CLI::IsMember({"nk", "kn"}));
+    sub->add_option("--from-recorded", recorded_file,
+                    "the GEMM problems a workload compiled with $GE2_TUNE_RECORD=FILE")
+        ->check(CLI::ExistingFile);
+    sub->add_option("--device", device_text, "cuda (the default) or cpu (the reference backend)")
+        ->check(CLI::IsMember({"cuda", "cpu"}));
+    sub->add_option("--device-ordinal", device_ordinal, "CUDA device ordinal (default 0)")
+        ->check(CLI::NonNegativeNumber);
+    sub->add_flag("--json", json, "one JSON object per problem");
   };
   auto* tune = app.add_subcommand("tune", "tune shapes and store the winners");
   auto* check = app.add_subcommand(
@@ -245,9 +368,12 @@ int main(int argc, char** argv) {
         for (std::string line; std::getline(in, line);)
           if (!line.empty() && line[0] != '#') shapes.push_back(parse_shape(line));
       }
-      if (shapes.empty())
-        throw CLI::ValidationError("--shape",
-                                   "no shapes given (--shape, --shapes-file or --preset)");
+      const std::vector<ge2::RecordedGemm> recorded = recorded_file.empty()
+                                                          ? std::vector<ge2::RecordedGemm>{}
+                                                          : ge2::read_gemm_records(recorded_file);
+      if (shapes.empty() && recorded.empty())
+        throw CLI::ValidationError(
+            "--shape", "no shapes given (--shape, --shapes-file, --preset or --from-recorded)");
       const ge2_dtype_t dtype = dtype_text == "f16"    ? GE2_DTYPE_F16
                                 : dtype_text == "bf16" ? GE2_DTYPE_BF16
                                                        : GE2_DTYPE_F32;
@@ -256,27 +382,63 @@ int main(int argc, char** argv) {
                                    : act_text == "gelu"      ? GE2_ACT_GELU_ERF
                                    : act_text == "gelu_tanh" ? GE2_ACT_GELU_TANH
                                                              : GE2_ACT_SILU;
-      ge2_context_t* context = open_context(tune->parsed() ? GE2_TUNE_TUNE : GE2_TUNE_CACHED, db);
-      const bool terminal = isatty(STDERR_FILENO);
+      // One compile per problem: the shapes in the options' terms, then the recorded ones.
+      struct Job {
+        std::string label;
+        nlohmann::json problem;
+        std::function<nlohmann::json(ge2_context_t*)> compile;
+      };
+      std::vector<Job> jobs;
+      for (const Shape& s : shapes)
+        jobs.push_back({fmt::format("{}x{}x{}x{} {} {} weights {}", s.batch, s.m, s.n, s.k,
+                                    dtype_text, act_text, weights_text),
+                        {{"batch", s.batch},
+                         {"m", s.m},
+                         {"n", s.n},
+                         {"k", s.k},
+                         {"dtype", dtype_text},
+                         {"act", act_text},
+                         {"bias", !no_bias},
+                         {"weights", weights_text}},
+                        [&, s](ge2_context_t* c) {
+                          return compile_shape(c, s, dtype, act, !no_bias, weights_text == "nk");
+                        }});
+      for (const ge2::RecordedGemm& r : recorded)
+        jobs.push_back(
+            {fmt::format("recorded {}x{}x{}x{} {} act {}{}{}{}", r.batch, r.m, r.n, r.k,
+                         ge2::dtype_name(r.dtype), ge2::activation_name(r.act),
+                         r.bias ? " bias" : "", r.c ? " C" : "",
+                         r.gated ? fmt::format(" gated {}", ge2::activation_name(*r.gated)) : ""),
+             ge2::to_json(r),
+             [r](ge2_context_t* c) { return compile_first_step(c, graph_of(r)); }});
+      ge2_context_t* context =
+          open_context(tune->parsed() ? GE2_TUNE_TUNE : GE2_TUNE_CACHED, db,
+                       device_text == "cpu" ? GE2_DEVICE_CPU : GE2_DEVICE_CUDA, device_ordinal);
+      const bool terminal = isatty(STDERR_FILENO) && !json;
       const auto begin = std::chrono::steady_clock::now();
-      for (std::size_t i = 0; i < shapes.size(); ++i) {
-        const Shape& s = shapes[i];
+      for (std::size_t i = 0; i < jobs.size(); ++i) {
         const auto t0 = std::chrono::steady_clock::now();
-        const nlohmann::json step =
-            compile_shape(context, s, dtype, act, !no_bias, weights_text == "nk");
+        const nlohmann::json step = jobs[i].compile(context);
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const double elapsed =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
         const double eta =
-            elapsed / static_cast<double>(i + 1) * static_cast<double>(shapes.size() - i - 1);
+            elapsed / static_cast<double>(i + 1) * static_cast<double>(jobs.size() - i - 1);
         const auto& kernel = step["kernel"];
         // cuBLASLt steps name their algorithm's source, CUTLASS steps their configuration.
-        fmt::print("{}x{}x{}x{} {} {} weights {}: {} [{}] compile {:.3f} s\n", s.batch, s.m, s.n,
-                   s.k, dtype_text, act_text, weights_text, kernel.value("name", "?"),
-                   kernel.value("algo_source", kernel.value("configuration", "-")), seconds);
+        const std::string source = kernel.value("algo_source", kernel.value("configuration", "-"));
+        if (json)
+          fmt::print("{}\n", nlohmann::json{{"problem", jobs[i].problem},
+                                            {"kernel", kernel.value("name", "?")},
+                                            {"source", source},
+                                            {"compile_s", seconds}}
+                                 .dump());
+        else
+          fmt::print("{}: {} [{}] compile {:.3f} s\n", jobs[i].label, kernel.value("name", "?"),
+                     source, seconds);
         if (terminal)
-          fmt::print(stderr, "\r[{}/{}] elapsed {} eta {}   ", i + 1, shapes.size(),
+          fmt::print(stderr, "\r[{}/{}] elapsed {} eta {}   ", i + 1, jobs.size(),
                      format_eta(elapsed), format_eta(eta));
       }
       if (terminal) fmt::print(stderr, "\n");

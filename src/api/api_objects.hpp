@@ -8,21 +8,36 @@
 #include <string>
 
 #include "api/one_shot_cache.hpp"
+#include "core/log.hpp"
 #include "exec/backend.hpp"
 #include "exec/plan.hpp"
 #include "ir/graph.hpp"
 
 struct ge2_context_s {
-  ge2_context_s(std::shared_ptr<ge2::Backend> backend_, std::size_t one_shot_capacity)
-      : backend(std::move(backend_)), one_shot_plans(one_shot_capacity) {}
+  ge2_context_s(std::shared_ptr<ge2::Backend> backend_, std::size_t one_shot_capacity,
+                const ge2::Logger& logger_, std::string gemm_record_path_)
+      : backend(std::move(backend_)),
+        logger(logger_),
+        one_shot_plans(one_shot_capacity),
+        gemm_record_path(std::move(gemm_record_path_)) {}
 
   std::shared_ptr<ge2::Backend> backend;
-  std::mutex mutex;  // guards the members below
+  const ge2::Logger logger;  // the context's diagnostics
+  std::mutex mutex;          // guards the members below
   // Every distinct text ge2_context_describe returned: the header promises each
   // stays valid until the context is destroyed, so none is ever replaced.
   std::set<std::string> descriptions;
   ge2::OneShotCache one_shot_plans;  // ge2_gemm_bias_act's compiled plans
+  // $GE2_TUNE_RECORD at creation: the file the GEMM problems of compiled plans
+  // are appended to (tunedb/gemm_record.hpp); cleared after a failed append.
+  std::string gemm_record_path;
 };
+
+namespace ge2 {
+// Appends the GEMM problems `plan` selected kernels for to the context's record
+// file, if it has one; a failure is logged once and ends recording, never the compile.
+void record_selected_gemms(ge2_context_s& context, const Plan& plan);
+}  // namespace ge2
 
 struct ge2_graph_s {
   ge2::Graph graph;

@@ -101,7 +101,10 @@ ge2_status_t ge2_context_create(int api_version, const ge2_context_options_t* op
         want_cuda ? make_cuda_backend(options->device_ordinal, options->tune_mode,
                                       resolve_tunedb_path(options->tunedb_path), logger)
                   : make_cpu_backend();
-    *out = std::make_unique<ge2_context_s>(std::move(backend), one_shot_cache_size).release();
+    const char* record = std::getenv("GE2_TUNE_RECORD");
+    *out = std::make_unique<ge2_context_s>(std::move(backend), one_shot_cache_size, logger,
+                                           record != nullptr ? record : "")
+               .release();
   });
 }
 

@@ -170,6 +170,7 @@ ge2_status_t ge2_gemm_bias_act(ge2_context_t* context, const ge2_gemm_params_t* 
             "{}: argument 'bias' is {} but params->has_bias = {}", f, bias ? "non-NULL" : "NULL",
             params->has_bias);
     std::shared_ptr<Plan> plan;
+    bool compiled = false;
     {
       std::lock_guard lock(context->mutex);
       const std::string key = cache_key(*params);
@@ -177,8 +178,10 @@ ge2_status_t ge2_gemm_bias_act(ge2_context_t* context, const ge2_gemm_params_t* 
       if (plan == nullptr) {
         plan = build_one_shot_plan(context, *params, f);
         context->one_shot_plans.insert(key, plan);
+        compiled = true;
       }
     }
+    if (compiled) record_selected_gemms(*context, *plan);  // takes the context's mutex
     const ge2_binding_t bindings[] = {{"a", const_cast<void*>(a)},
                                       {"b", const_cast<void*>(b)},
                                       {"d", d},

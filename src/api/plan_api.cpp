@@ -124,6 +124,7 @@ ge2_status_t ge2_plan_compile(ge2_context_t* context, const ge2_graph_t* graph,
     const CompileOptions compile_options = compile_options_from(options, f);
     auto plan = std::make_unique<ge2_plan_s>();
     plan->plan = compile_plan(context->backend, graph->graph, compile_options);
+    record_selected_gemms(*context, *plan->plan);
     *out = plan.release();
   });
 }

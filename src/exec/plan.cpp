@@ -256,10 +256,12 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
       // A GEMM read only by a gated_mul is ranked with the multiply: kernels
       // without a gated epilogue pay its pass.
       const ValueId reader = plan->gated_reader(id);
+      plan->selected_problems_.push_back(reader != kNoValue
+                                             ? plan->gated_problem(types, id, reader)
+                                             : gemm_problem(plan->graph_, node, types, id));
       selections[static_cast<std::size_t>(id)] =
-          select_gemm_kernel(reader != kNoValue ? plan->gated_problem(types, id, reader)
-                                                : gemm_problem(plan->graph_, node, types, id),
-                             backend.device(), options.policy, measured, backend.gemm_kernels());
+          select_gemm_kernel(plan->selected_problems_.back(), backend.device(), options.policy,
+                             measured, backend.gemm_kernels());
     }
     return selections;
   };

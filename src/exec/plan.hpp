@@ -50,6 +50,9 @@ class Plan {
   const std::string& description() const { return description_; }
   // The bound of the dynamic extent; 0 for a plan of fixed shapes.
   std::int64_t max_extent() const { return max_extent_; }
+  // Every GEMM problem the selector chose a kernel for (one per GEMM node, per
+  // bucket of a dynamic plan): what a tuning run would have to measure.
+  const std::vector<GemmProblem>& selected_problems() const { return selected_problems_; }
   // Runs at the bound (a dynamic plan) or the fixed shapes.
   void execute(const ge2_binding_t* bindings, std::size_t count, void* stream);
   // Runs a dynamic plan at `extent` (1..max_extent()).
@@ -111,7 +114,8 @@ class Plan {
   std::vector<bool> io_is_output_;
   std::int64_t max_extent_ = 0;
   std::vector<ExtentBucket> buckets_;
-  std::vector<Selection> fixed_;                  // by node id: a fixed-shape plan's choices
+  std::vector<Selection> fixed_;  // by node id: a fixed-shape plan's choices
+  std::vector<GemmProblem> selected_problems_;
   std::map<ValueId, int> b_prepared_slot_;        // GEMM node -> its B in its FP8 kernel's form
   std::map<ValueId, int> gated_prepared_slot_;    // GEMM node -> B and bias for its gated epilogue
   int scratch_slot_ = -1;                         // shared by the steps that asked for scratch
