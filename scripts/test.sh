@@ -42,6 +42,9 @@ GE2_LIBRARY=$ROOT/build-cpu/src/libge2.so PYTHONPATH=$ROOT/bindings/python$torch
   python3 -m pytest -q -rs bindings/python/tests
 python3 scripts/check_api_docs.py build-cpu/src/libge2.so docs/api.md
 python3 scripts/check_layers.py .  # the include graph follows the documented layer order
+# The benchmark figure draws from a committed run (ge2's paths and PyTorch's).
+python3 bench/plot.py bench/results/2026-12-02-h200-run5/bench_gemm.csv /tmp/ge2-tflops.png \
+  --peers bench/results/2026-12-02-h200-run5/peers.json
 if command -v clang-format > /dev/null; then  # the tree is clang-formatted (.clang-format)
   git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' '*.c' '*.h' | xargs clang-format --dry-run --Werror
 fi
