@@ -130,7 +130,15 @@ ge2_value_t add_random_constant(ge2_graph_t* graph, const char* name, ge2::DType
                                 std::vector<std::int64_t> shape) {
   ge2_tensor_desc_t desc = desc_of(dtype, {shape, std::vector<std::int64_t>(shape.size(), 0)});
   std::int64_t count = 1;
-  for (std::int64_t dim : shape) count *= dim;
+  for (std::int64_t dim : shape) {
+    // Each dim is at most 2^31 (the record's check): the product is checked as it grows.
+    if (dim > ge2::kMaxDimension / count)
+      throw std::runtime_error(
+          fmt::format("constant '{}' of the recorded gated unit would have "
+                      "more than 2^31 elements; ge_tune builds none that large",
+                      name));
+    count *= dim;
+  }
   const std::size_t bytes = ge2::dtype_size(dtype);
   std::vector<unsigned char> data(static_cast<std::size_t>(count) * bytes);
   std::uint64_t state = 0x9e3779b97f4a7c15ull;
