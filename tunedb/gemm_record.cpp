@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "core/error.hpp"
+#include "tunedb/file_writer.hpp"
 
 namespace ge2 {
 namespace {
@@ -188,10 +189,7 @@ void append_gemm_records(const std::string& path, const std::vector<RecordedGemm
   const int fd = ::open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0644);
   require(fd >= 0, GE2_ERROR_INVALID_ARGUMENT, "GEMM record file '{}': cannot open it: {}", path,
           std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  FileWriter out(fd, path, GE2_ERROR_INVALID_ARGUMENT, "GEMM record file");
   struct stat status {};
   require(::fstat(fd, &status) == 0 && S_ISREG(status.st_mode), GE2_ERROR_INVALID_ARGUMENT,
           "GEMM record file '{}' is not a regular file; left untouched", path);
@@ -205,14 +203,8 @@ void append_gemm_records(const std::string& path, const std::vector<RecordedGemm
         "untouched",
         path);
   }
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    require(n > 0, GE2_ERROR_INVALID_ARGUMENT, "GEMM record file '{}': cannot write: {}", path,
-            std::strerror(n < 0 ? errno : EIO));
-    done += static_cast<std::size_t>(n);
-  }
+  out.write(text);
+  out.close();
 }
 
 std::vector<RecordedGemm> read_gemm_records(const std::string& path) {

@@ -12,46 +12,11 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "tunedb/file_writer.hpp"
 #include "tunedb/tunedb_path.hpp"
 
 namespace ge2 {
 namespace {
-
-// A file descriptor, closed on scope exit unless close() already reported.
-class FileWriter {
- public:
-  FileWriter(int fd, std::string name) : fd_(fd), name_(std::move(name)) {}
-  ~FileWriter() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileWriter(const FileWriter&) = delete;
-  FileWriter& operator=(const FileWriter&) = delete;
-
-  void write(const std::string& text) {
-    std::size_t done = 0;
-    while (done < text.size()) {
-      const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      require(n > 0, GE2_ERROR_TUNEDB, "tunedb: cannot write '{}': {}", name_,
-              std::strerror(n < 0 ? errno : EIO));
-      done += static_cast<std::size_t>(n);
-    }
-  }
-  void sync() {
-    require(::fsync(fd_) == 0, GE2_ERROR_TUNEDB, "tunedb: cannot flush '{}' to disk: {}", name_,
-            std::strerror(errno));
-  }
-  void close() {
-    const int fd = fd_;
-    fd_ = -1;
-    require(::close(fd) == 0, GE2_ERROR_TUNEDB, "tunedb: cannot close '{}': {}", name_,
-            std::strerror(errno));
-  }
-
- private:
-  int fd_;
-  std::string name_;
-};
 
 std::int64_t write_rows(const TuneDb& db, FileWriter& out) {
   std::int64_t count = 0;
