@@ -159,6 +159,38 @@ def _dlpack_view(array, argument, function) -> ArrayView:
                     argument, function)
 
 
+_FAST_KINDS = {}  # type -> "numpy", "torch" or None: which arrays fast_binding reads
+
+
+def fast_binding(array):
+    """(signature, pointer, torch CUDA device or None) of a NumPy array or PyTorch tensor, read
+    from its cheapest attributes; None for other arrays. Two arrays of one signature give view()
+    the same dtype, shape, strides, device and writability, so a check view() and the plan made
+    for one holds for the other (Plan.execute's cache); only the pointer differs."""
+    cls = type(array)
+    kind = _FAST_KINDS.get(cls, False)
+    if kind is False:
+        module = cls.__module__.split(".")[0]
+        kind = _FAST_KINDS[cls] = ("torch" if module == "torch" and hasattr(array, "data_ptr") else
+                                   "numpy" if module == "numpy" and hasattr(array, "__array_interface__")
+                                   else None)
+    if kind == "numpy":
+        iface = array.__array_interface__
+        pointer, readonly = iface["data"]
+        return (cls, iface["typestr"], iface["shape"], iface["strides"], readonly), pointer, None
+    if kind == "torch":
+        device = array.device
+        return ((cls, array.dtype, device, array.shape, array.stride(), array.requires_grad), array.data_ptr(),
+                device if array.is_cuda else None)
+    return None
+
+
+def torch_stream(device) -> int:
+    """The current stream of a torch CUDA device (torch is imported: a tensor of it was bound)."""
+    import sys
+    return _torch_current_stream(sys.modules["torch"], device)
+
+
 def view(array, argument: str = "array", function: str = "ge2", want_stream: bool = True) -> ArrayView:
     """`want_stream`: also look up the array library's current stream (costs a call)."""
     module = type(array).__module__.split(".")[0]

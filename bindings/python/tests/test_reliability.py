@@ -278,3 +278,44 @@ def test_device_arrays_are_checked_too(cpu, c_calls):
         y = ge2.gemm_bias_act(a, w.t(), context=ctx)
         want = a.double() @ w.double().t()
         assert ((y.double() - want).norm() / want.norm()).item() <= 1e-2
+
+
+def test_plan_execute_reuses_checks_only_for_arrays_of_the_checked_signature(cpu, c_calls):
+    """Plan.execute keeps, per name, the signature of the array it last checked and reads only the
+    pointer of a later array of that signature: every other array is checked again."""
+    g = ge2.Graph()
+    x = g.input("x", (4, 3), "f32")
+    w = g.input("w", (3, 2), "f32")
+    g.output(g.gemm(x, w), "y")
+    plan = g.compile(cpu)
+    rng = np.random.default_rng(7)
+    ws, ys = rng.standard_normal((3, 2)).astype(np.float32), np.zeros((4, 2), np.float32)
+    for _ in range(3):  # checked once, then the cached signature: fresh values each time
+        xs = rng.standard_normal((4, 3)).astype(np.float32)
+        plan.execute({"x": xs, "w": ws, "y": ys})
+        assert rel_error(ys, xs.astype(np.float64) @ ws) < 1e-6
+    V = ValueError
+    _refused(c_calls, V, r"argument 'x': float32 \(4, 4\)", lambda: plan.execute(
+        {"x": np.ones((4, 4), np.float32), "w": ws, "y": ys}))
+    _refused(c_calls, V, r"argument 'x': float16", lambda: plan.execute(
+        {"x": xs.astype(np.float16), "w": ws, "y": ys}))
+    _refused(c_calls, V, r"argument 'y': float32 \(4, 2\) with element strides \(4, 1\)", lambda: plan.execute(
+        {"x": xs, "w": ws, "y": np.zeros((4, 4), np.float32)[:, :2]}))
+    frozen = ys.copy()
+    frozen.flags.writeable = False
+    _refused(c_calls, V, r"argument 'y' is an output but its array is read-only",
+             lambda: plan.execute({"x": xs, "w": ws, "y": frozen}))
+    _refused(c_calls, V, r"output 'y' is not bound", lambda: plan.execute({"x": xs, "w": ws}))
+    try:
+        import torch
+    except ImportError:
+        return
+    xt, wt, yt = torch.from_numpy(xs), torch.from_numpy(ws), torch.zeros(4, 2)
+    for _ in range(2):
+        plan.execute({"x": xt, "w": wt, "y": yt})
+        assert rel_error(yt.numpy(), xs.astype(np.float64) @ ws) < 1e-6
+    _refused(c_calls, V, r"argument 'y' is an output but its array is read-only",
+             lambda: plan.execute({"x": xt, "w": wt, "y": torch.zeros(4, 2, requires_grad=True)}))
+    # The same shape in column-major order: another signature, checked and refused.
+    _refused(c_calls, V, r"argument 'x': float32 \(4, 3\) with element strides \(1, 4\)",
+             lambda: plan.execute({"x": torch.zeros(3, 4).t(), "w": wt, "y": yt}))
