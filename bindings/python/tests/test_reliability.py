@@ -319,3 +319,34 @@ def test_plan_execute_reuses_checks_only_for_arrays_of_the_checked_signature(cpu
     # The same shape in column-major order: another signature, checked and refused.
     _refused(c_calls, V, r"argument 'x': float32 \(4, 3\) with element strides \(1, 4\)",
              lambda: plan.execute({"x": torch.zeros(3, 4).t(), "w": wt, "y": yt}))
+
+
+def test_one_shot_reuses_checks_only_for_calls_of_the_checked_signature(cpu, c_calls):
+    """gemm_bias_act keeps the checked parameter block of a call signature (flags and the
+    arrays' signatures); a call that differs in anything but the arrays' values is checked again."""
+    rng = np.random.default_rng(11)
+    b = rng.standard_normal((6, 5)).astype(np.float32)
+    first = None
+    for act in ("relu", "relu", "gelu_tanh", "relu"):
+        a = rng.standard_normal((4, 6)).astype(np.float32)
+        d = ge2.gemm_bias_act(a, b, act=act, context=cpu)
+        ref = a.astype(np.float64) @ b
+        want = np.maximum(ref, 0) if act == "relu" else 0.5 * ref * (1 + np.tanh(
+            np.sqrt(2 / np.pi) * (ref + 0.044715 * ref ** 3)))
+        assert rel_error(d, want) < 1e-5, act
+        assert d is not first  # a new output every call
+        first = d
+    out = np.zeros((4, 5), np.float32)
+    for _ in range(2):
+        ge2.gemm_bias_act(a, b, out=out, context=cpu)
+        assert rel_error(out, a.astype(np.float64) @ b) < 1e-5
+    V, T = ValueError, TypeError
+    frozen = out.copy()
+    frozen.flags.writeable = False
+    _refused(c_calls, V, r"argument 'out' is read-only", lambda: ge2.gemm_bias_act(a, b, out=frozen, context=cpu))
+    _refused(c_calls, T, r"argument 'out' is float16", lambda: ge2.gemm_bias_act(
+        a, b, out=out.astype(np.float16), context=cpu))
+    _refused(c_calls, V, r"argument 'out' has shape \(5, 4\)", lambda: ge2.gemm_bias_act(
+        a, b, out=np.zeros((5, 4), np.float32), context=cpu))
+    _refused(c_calls, V, r"K = 5 does not match", lambda: ge2.gemm_bias_act(
+        a, b[:5], out=out, context=cpu))
