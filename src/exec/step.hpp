@@ -27,6 +27,11 @@ struct ExecState {
   std::unique_ptr<PlanDeviceState> device_state;
 };
 
+// The pointer bound to `slot` for this execution (nullptr for an absent operand, slot -1).
+inline void* slot_pointer(const ExecState& state, int slot) {
+  return slot < 0 ? nullptr : state.slots[static_cast<std::size_t>(slot)];
+}
+
 class Step {
  public:
   virtual ~Step() = default;

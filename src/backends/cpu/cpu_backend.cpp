@@ -12,10 +12,6 @@
 namespace ge2 {
 namespace {
 
-void* slot_pointer(const ExecState& state, int slot) {
-  return slot < 0 ? nullptr : state.slots[static_cast<std::size_t>(slot)];
-}
-
 class CpuGemmStep final : public Step {
  public:
   CpuGemmStep(const GemmProblem& problem, const GemmSlots& slots, KernelId kernel)

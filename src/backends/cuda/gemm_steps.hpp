@@ -14,8 +14,6 @@
 
 namespace ge2::cuda {
 
-// The pointer bound to `slot` for this execution (nullptr for an absent operand).
-void* slot_pointer(const ExecState& state, int slot);
 // Whether `p` sits on a 16-byte boundary: what TMA (CUTLASS), 16-byte vector loads
 // (cuda_skinny) and cuBLASLt's FP8 kernels need; other pointers take a fallback step.
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }

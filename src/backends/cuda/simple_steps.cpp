@@ -7,10 +7,6 @@
 
 namespace ge2::cuda {
 
-void* slot_pointer(const ExecState& state, int slot) {
-  return slot < 0 ? nullptr : state.slots[static_cast<std::size_t>(slot)];
-}
-
 namespace {
 
 class FallbackGemmStep final : public Step {
