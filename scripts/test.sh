@@ -114,7 +114,7 @@ LD_PRELOAD=$(clang -print-file-name=libclang_rt.asan-x86_64.so) \
   GE2_LIBRARY=$ROOT/build-asan/src/libge2.so PYTHONPATH=$ROOT/bindings/python \
   python3 -m pytest -q -rs -p no:cacheprovider bindings/python/tests
 
-step "6. fuzzing the C API for ${GE2_FUZZ_SECONDS:-60} s and tunedb import for ${GE2_FUZZ_TUNEDB_SECONDS:-30} s"
+step "6. fuzzing the C API for ${GE2_FUZZ_SECONDS:-60} s, tunedb import for ${GE2_FUZZ_TUNEDB_SECONDS:-30} s and the GEMM record file for ${GE2_FUZZ_RECORD_SECONDS:-20} s"
 corpus=$(mktemp -d)
 cp tests/fuzz/corpus/* "$corpus"/
 (cd "$corpus" && "$ROOT/build-asan/tests/ge2_fuzz_api" -max_total_time="${GE2_FUZZ_SECONDS:-60}" \
@@ -123,6 +123,11 @@ grep -E '^Done' "$corpus/fuzz.log"
 corpus=$(mktemp -d)
 cp tests/fuzz/corpus_tunedb/* "$corpus"/
 (cd "$corpus" && "$ROOT/build-asan/tests/ge2_fuzz_tunedb_import" -max_total_time="${GE2_FUZZ_TUNEDB_SECONDS:-30}" \
+  -rss_limit_mb=4096 "$corpus" > fuzz.log 2>&1) || { tail -40 "$corpus/fuzz.log"; exit 1; }
+grep -E '^Done' "$corpus/fuzz.log"
+corpus=$(mktemp -d)
+cp tests/fuzz/corpus_gemm_record/* "$corpus"/
+(cd "$corpus" && "$ROOT/build-asan/tests/ge2_fuzz_gemm_record" -max_total_time="${GE2_FUZZ_RECORD_SECONDS:-20}" \
   -rss_limit_mb=4096 "$corpus" > fuzz.log 2>&1) || { tail -40 "$corpus/fuzz.log"; exit 1; }
 grep -E '^Done' "$corpus/fuzz.log"
 echo "ge2 test.sh: all steps passed"
