@@ -45,6 +45,13 @@ struct GemmProblem {
   MatrixView op_b() const;
 };
 
+// The GEMM of a gated unit without the multiply in its epilogue (what it computes
+// into D); any other problem unchanged.
+inline GemmProblem without_gated_output(GemmProblem problem) {
+  problem.gated.reset();
+  return problem;
+}
+
 // `storage[v]` is the memory layout of value v (inputs and outputs may be strided).
 GemmProblem make_gemm_problem(const Node& node, const std::vector<TensorType>& storage, ValueId d);
 

@@ -72,8 +72,7 @@ std::optional<AlgoChoice> AlgoChooser::from_record(const LtMatmul& matmul, const
 AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key, TuneDb::Replace replace,
                                  const GemmProblem* gated_form) {
   Tuner tuner(handle_, workspace_bytes_, l2_cache_bytes());
-  GemmProblem plain = matmul.problem();  // rows time the GEMM alone (see measured())
-  plain.gated.reset();
+  const GemmProblem plain = without_gated_output(matmul.problem());  // see measured()
   const TuneOutcome outcome = tuner.tune(matmul, rivals_of(plain, gated_form));
   tuned_ += 1 + static_cast<int>(outcome.rivals.size());
   timed_beside_cublaslt_ += static_cast<int>(outcome.rivals.size());
@@ -158,10 +157,9 @@ std::optional<double> AlgoChooser::measured(KernelId kernel, const GemmProblem& 
   // A gated unit (GemmProblem::gated): a kernel with the gated epilogue is timed
   // as the fused unit; the others run the plain GEMM and the selector adds their
   // gated_mul pass.
-  GemmProblem problem = gemm;
-  if (problem.gated &&
-      !(kernel_info(kernel).gated_epilogue && gated_epilogue_problem(problem, kernel).empty()))
-    problem.gated.reset();
+  const bool fused = gemm.gated && kernel_info(kernel).gated_epilogue &&
+                     gated_epilogue_problem(gemm, kernel).empty();
+  const GemmProblem problem = fused ? gemm : without_gated_output(gemm);
   const GemmProblem* gated_form = gemm.gated ? &gemm : nullptr;
   const TuneKey key = make_tune_key(problem, kernel, device_);
   const std::string text = key.to_string();
@@ -208,8 +206,7 @@ std::optional<double> AlgoChooser::measure_now(KernelId kernel, const GemmProble
   }
   // Tuning the problem's cuBLASLt kernel times this one beside its candidates.
   const KernelId lt = cublaslt_kernel_for(problem.dtype);
-  GemmProblem plain = problem;
-  plain.gated.reset();
+  const GemmProblem plain = without_gated_output(problem);
   try {
     measure_now(lt, plain, make_tune_key(plain, lt, device_), TuneDb::Replace::IfFaster,
                 gated_form);
@@ -234,7 +231,7 @@ RivalSource AlgoChooser::rivals_of(const GemmProblem& problem, const GemmProblem
       if (measured_.contains(key.to_string()) || db_.find_exact(key)) return;
       std::optional<RivalKernel> rival;
       try {
-        rival = timer_of(kernel)->rival(kernel, timed, rig);
+        rival = checked_rival(kernel, timed, rig);
       } catch (const Error& error) {
         // A kernel that cannot be readied is left unmeasured; cuBLASLt's tuning goes on.
         logger_(LogLevel::Warning, "tuning: {} not timed on GEMM {}: {}", kernel_name(kernel),
@@ -255,16 +252,31 @@ RivalSource AlgoChooser::rivals_of(const GemmProblem& problem, const GemmProblem
   };
 }
 
+std::optional<RivalKernel> AlgoChooser::checked_rival(KernelId kernel, const GemmProblem& problem,
+                                                      TimingRig& rig) {
+  std::optional<RivalKernel> rival = timer_of(kernel)->rival(kernel, problem, rig);
+  if (!rival) return std::nullopt;
+  rig.clear(rig.output());
+  rival->run(0);
+  const double difference = problem.gated ? rig.gated_difference_from_reference(*problem.gated)
+                                          : rig.difference_from_reference();
+  if (difference <= agreement_bound(problem.dtype, false)) return rival;
+  logger_(LogLevel::Warning,
+          "tuning: {}{} disagrees with the reference on GEMM {} (relative difference {:.3g}); not "
+          "timed",
+          kernel_name(kernel), problem.gated ? " (gated epilogue)" : "", problem.shape_string(),
+          difference);
+  return std::nullopt;
+}
+
 std::optional<TimedRival> AlgoChooser::time_alone(KernelId kernel, const GemmProblem& problem) {
-  FamilyTimer* timer = timer_of(kernel);
-  if (timer == nullptr) return std::nullopt;
-  GemmProblem plain = problem;  // the rig holds the GEMM's operands and plain result
-  plain.gated.reset();
+  if (timer_of(kernel) == nullptr) return std::nullopt;
+  const GemmProblem plain = without_gated_output(problem);  // the GEMM's operands and result
   TimingRig rig(plain, l2_cache_bytes(), workspace_bytes_);
   rig.clear(rig.reference());
   const LtPointers r = rig.pointers(0, rig.reference());
   launch_fallback_gemm(plain, r.a, r.b, r.c, r.bias, r.d, rig.stream());
-  std::optional<RivalKernel> rival = timer->rival(kernel, problem, rig);
+  std::optional<RivalKernel> rival = checked_rival(kernel, problem, rig);
   if (!rival) return std::nullopt;
   return TimedRival{kernel, rival->gated, std::move(rival->config), rig.median_us(rival->run)};
 }

@@ -31,9 +31,9 @@ struct AlgoChoice {
 class FamilyTimer {
  public:
   virtual ~FamilyTimer() = default;
-  // `kernel` on the rig's operands, checked against rig.reference() (made for
-  // `problem` without its gated output); empty when it cannot run the problem or
-  // disagrees. For a gated problem, the kernel's gated epilogue.
+  // `kernel` on the rig's operands (the rig is made for `problem` without its
+  // gated output); empty when it cannot run the problem. For a gated problem,
+  // the kernel's gated epilogue. AlgoChooser checks its output before timing it.
   virtual std::optional<RivalKernel> rival(KernelId kernel, const GemmProblem& problem,
                                            TimingRig& rig) = 0;
   virtual bool row_matches(KernelId kernel, const GemmProblem& problem,
@@ -84,7 +84,12 @@ class AlgoChooser {
   // candidates for the plain `problem` (and the gated epilogues of `gated_form`):
   // those without a time in this process or a row.
   RivalSource rivals_of(const GemmProblem& problem, const GemmProblem* gated_form);
-  // A rival timed alone, against cuda_f32, where no cuBLASLt kernel runs the problem.
+  // `kernel` readied on `rig` for `problem` and checked against the rig's reference
+  // (a gated problem: its act(gate) * up); empty, with a warning, when it disagrees.
+  std::optional<RivalKernel> checked_rival(KernelId kernel, const GemmProblem& problem,
+                                           TimingRig& rig);
+  // A rival timed alone, against cuda_f32: where no cuBLASLt kernel runs the
+  // problem, or its stored row is stale.
   std::optional<TimedRival> time_alone(KernelId kernel, const GemmProblem& problem);
   void record(const TuneKey& key, const GemmProblem& problem, const nlohmann::json& config,
               double time_us, TuneDb::Replace replace);

@@ -74,9 +74,9 @@ class CudaBackend final : public Backend {
 #ifdef GE2_WITH_CUTLASS
     if (cutlass_usable())
       chooser_->set_family_timer(KernelFamily::Cutlass,
-                                 make_cutlass_timer(ordinal, device_.sm_count, logger));
+                                 make_cutlass_timer(ordinal, device_.sm_count));
 #endif
-    chooser_->set_family_timer(KernelFamily::CudaSkinny, make_skinny_timer(device_, logger));
+    chooser_->set_family_timer(KernelFamily::CudaSkinny, make_skinny_timer(device_));
   }
 
   ge2_device_kind_t kind() const override { return GE2_DEVICE_CUDA; }

@@ -39,7 +39,7 @@ std::size_t gated_weight_bytes(const GemmProblem& problem);
 void prepare_gated_weight(const GemmProblem& problem, const void* b, const void* bias,
                           void* prepared);
 // Readies the CUTLASS rows for timing in the tuning mode (CUTLASS builds only).
-std::unique_ptr<FamilyTimer> make_cutlass_timer(int device, int sm_count, const Logger& logger);
+std::unique_ptr<FamilyTimer> make_cutlass_timer(int device, int sm_count);
 // The plan text of a step whose kernel fuses the whole epilogue: name, family,
 // configuration, the epilogue, the step that runs unaligned pointers and, where
 // a batch was folded, the rows it became.
@@ -53,7 +53,7 @@ std::unique_ptr<Step> make_skinny_gemm_step(const GemmProblem& problem, const Ge
                                             const DeviceInfo& device,
                                             std::unique_ptr<Step> unaligned_fallback);
 // Readies cuda_skinny for timing in the tuning mode.
-std::unique_ptr<FamilyTimer> make_skinny_timer(const DeviceInfo& device, const Logger& logger);
+std::unique_ptr<FamilyTimer> make_skinny_timer(const DeviceInfo& device);
 // lt_fp8_e4m3 and lt_fp8_e4m3_fast (docs/fp8.md): per-tensor e4m3 quantization of op(A) (and of
 // op(B) unless GemmSlots::b_prepared holds prepare_fp8_weight's copy) into the scratch slot, then
 // cuBLASLt's e4m3 GEMM; `unaligned_fallback` runs executions whose C, bias or D pointer is not
