@@ -12,6 +12,15 @@ mkdir -p "$OUT"
 modes=${*:-tests}
 summary=()
 note() { summary+=("$1"); }
+# gpu_cases NAME CASES MEMCHECK_CASES: the GPU test cases matching CASES, then those
+# matching MEMCHECK_CASES under compute-sanitizer memcheck (gpu_NAME.log, sanitizer-NAME.log).
+gpu_cases() {
+  "$BUILD/tests/ge2_gpu_tests" -tc="$2" > "$OUT/gpu_$1.log" 2>&1
+  note "gpu $1 cases: exit $? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_$1.log" | tr '\n' ' ')"
+  compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" -tc="$3" \
+    > "$OUT/sanitizer-$1.log" 2>&1
+  note "compute-sanitizer memcheck ($1 cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-$1.log" | tail -1))"
+}
 
 # CTest files hold the absolute paths of the machine that configured them.
 configured=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt")
@@ -59,11 +68,7 @@ for mode in $modes; do
   cutlass | all)
     # The CUTLASS family: its GPU cases, the same under memcheck, and the layer
     # benchmark against cuBLASLt and PyTorch (CUTLASS_ARGS, e.g. --quick).
-    "$BUILD/tests/ge2_gpu_tests" -tc='gpu cutlass*' > "$OUT/gpu_cutlass.log" 2>&1
-    note "gpu cutlass cases: exit $? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_cutlass.log" | tr '\n' ' ')"
-    compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" \
-      -tc='gpu cutlass*' > "$OUT/sanitizer-cutlass.log" 2>&1
-    note "compute-sanitizer memcheck (cutlass cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-cutlass.log" | tail -1))"
+    gpu_cases cutlass 'gpu cutlass*' 'gpu cutlass*'
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$ROOT/bench \
       python3 "$ROOT/bench/cutlass_layers.py" --out "$OUT" ${CUTLASS_ARGS:-} > "$OUT/cutlass_layers.log" 2>&1
     note "cutlass layers: exit $? (cutlass_layers.log)"
@@ -151,11 +156,7 @@ for mode in $modes; do
     ;;&
   skinny | all)
     # cuda_skinny: its GPU cases (also under memcheck) and decode-sized layers against cuBLASLt and PyTorch.
-    "$BUILD/tests/ge2_gpu_tests" -tc='gpu skinny*' > "$OUT/gpu_skinny.log" 2>&1
-    note "gpu skinny cases: exit $? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_skinny.log" | tr '\n' ' ')"
-    compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" \
-      -tc='gpu skinny: each*' > "$OUT/sanitizer-skinny.log" 2>&1
-    note "compute-sanitizer memcheck (skinny cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-skinny.log" | tail -1))"
+    gpu_cases skinny 'gpu skinny*' 'gpu skinny: each*'
     [ -x "$BUILD/bench/skinny_probe" ] && timeout 200 "$BUILD/bench/skinny_probe" --json "$OUT/skinny_probe.json" \
       > "$OUT/skinny_probe.log" 2>&1
     note "skinny probe: exit $? (skinny_probe.log; build it with --target skinny_probe)"
@@ -166,11 +167,7 @@ for mode in $modes; do
   dynamic | all)
     # The dynamic extent: its GPU cases (the first also under memcheck: buffers sized for exactly
     # each extent's rows) and the one-plan-for-every-M benchmark (DYNAMIC_ARGS).
-    "$BUILD/tests/ge2_gpu_tests" -tc='gpu dynamic*' > "$OUT/gpu_dynamic.log" 2>&1
-    note "gpu dynamic cases: exit $? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_dynamic.log" | tr '\n' ' ')"
-    compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" \
-      -tc='gpu dynamic: one*' > "$OUT/sanitizer-dynamic.log" 2>&1
-    note "compute-sanitizer memcheck (dynamic cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-dynamic.log" | tail -1))"
+    gpu_cases dynamic 'gpu dynamic*' 'gpu dynamic: one*'
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$ROOT/bench PYTHONUNBUFFERED=1 \
       timeout "${DYNAMIC_TIMEOUT:-400}" python3 "$ROOT/bench/dynamic_extent.py" --out "$OUT" ${DYNAMIC_ARGS:-} \
       > "$OUT/dynamic_extent.log" 2>&1
@@ -179,11 +176,7 @@ for mode in $modes; do
   fp8 | all)
     # The FP8 precision policy: its GPU cases, the same under memcheck, and the FP8 block
     # benchmark against ge2 fp16 and torch._scaled_mm (FP8_ARGS).
-    "$BUILD/tests/ge2_gpu_tests" -tc='gpu fp8*' > "$OUT/gpu_fp8.log" 2>&1
-    note "gpu fp8 cases: exit $? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_fp8.log" | tr '\n' ' ')"
-    compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" \
-      -tc='gpu fp8: dynamic*' > "$OUT/sanitizer-fp8.log" 2>&1
-    note "compute-sanitizer memcheck (fp8 dynamic/replay/special cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-fp8.log" | tail -1))"
+    gpu_cases fp8 'gpu fp8*' 'gpu fp8: dynamic*'
     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
       --format=csv -lms 1000 > "$OUT/clocks-fp8.log" 2>&1 &
     clocks_pid=$!
@@ -195,11 +188,7 @@ for mode in $modes; do
   gated | all)
     # The gated epilogue: its GPU cases, the same under memcheck, and the
     # gated-unit benchmark (GATED_ARGS, e.g. --quick).
-    "$BUILD/tests/ge2_gpu_tests" -tc='gpu cutlass: the gated*' > "$OUT/gpu_gated.log" 2>&1
-    note "gpu gated cases: exit $? $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_gated.log" | tr '\n' ' ')"
-    compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" \
-      -tc='gpu cutlass: the gated*' > "$OUT/sanitizer-gated.log" 2>&1
-    note "compute-sanitizer memcheck (gated cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-gated.log" | tail -1))"
+    gpu_cases gated 'gpu cutlass: the gated*' 'gpu cutlass: the gated*'
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$ROOT/bench PYTHONUNBUFFERED=1 \
       timeout "${GATED_TIMEOUT:-400}" python3 "$ROOT/bench/gated_layers.py" --out "$OUT" ${GATED_ARGS:-} \
       > "$OUT/gated_layers.log" 2>&1
