@@ -286,8 +286,7 @@ ge2_status_t ge2_graph_mark_output(ge2_graph_t* graph, ge2_value_t value, const 
         type.dynamic = true;
       }
       require(type.dtype == node.type.dtype && type.same_shape(node.type), GE2_ERROR_SHAPE_MISMATCH,
-              "{}: argument 'layout': {} differs from the value's {}", f, type.shape_string(),
-              node.type.shape_string());
+              "{}: argument 'layout': {} differs from the value's {}", f, type, node.type);
       output.layout = type;
     }
     graph->graph.add_output(std::move(output));

@@ -16,7 +16,7 @@ std::int64_t TensorType::element_count() const {
   for (int i = 0; i < rank; ++i) {
     const auto next = checked_mul(count, shape[i]);
     require(next.has_value(), GE2_ERROR_INVALID_ARGUMENT,
-            "tensor {}: the element count overflows int64", shape_string());
+            "tensor {}: the element count overflows int64", *this);
     count = *next;
   }
   return count;
@@ -29,7 +29,7 @@ std::int64_t TensorType::span_elements() const {
     const auto offset = checked_mul(shape[i] - 1, strides[i]);
     const auto next = offset ? checked_add(last, *offset) : std::nullopt;
     require(next.has_value(), GE2_ERROR_INVALID_ARGUMENT,
-            "tensor {}: the span of its strides overflows int64", shape_string());
+            "tensor {}: the span of its strides overflows int64", *this);
     last = *next;
   }
   return last + 1;
@@ -38,7 +38,7 @@ std::int64_t TensorType::span_elements() const {
 std::size_t TensorType::span_bytes() const {
   const auto bytes = checked_bytes(span_elements(), dtype_size(dtype));
   require(bytes.has_value(), GE2_ERROR_INVALID_ARGUMENT,
-          "tensor {}: the byte size overflows size_t", shape_string());
+          "tensor {}: the byte size overflows size_t", *this);
   return *bytes;
 }
 
@@ -93,7 +93,7 @@ void check_leading_dimension_outermost(const TensorType& type, const std::string
   require(type.rank > 1 && type.strides[0] >= inner.span_elements(), GE2_ERROR_INVALID_ARGUMENT,
           "{}: a dynamic leading dimension needs rank 2 or 3 and dimension 0 outermost, but {} has "
           "strides [{}, {}, {}]",
-          where, type.shape_string(), type.strides[0], type.strides[1], type.strides[2]);
+          where, type, type.strides[0], type.strides[1], type.strides[2]);
 }
 
 void check_strides_do_not_overlap(const TensorType& type, const std::string& where) {

@@ -1,9 +1,12 @@
 // A tensor's type: dtype, rank (1..3), shape and strides in elements.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "core/dtype.hpp"
 
@@ -32,6 +35,19 @@ struct TensorType {
   ge2_tensor_desc_t to_desc() const;
   static TensorType dense(DType dtype, int rank, std::array<std::int64_t, 3> shape);
 };
+
+}  // namespace ge2
+
+// "{}" of a TensorType is its shape_string(), built only when a message is:
+// require()'s arguments are evaluated on every check, failing or not.
+template <>
+struct fmt::formatter<ge2::TensorType> : fmt::formatter<std::string_view> {
+  auto format(const ge2::TensorType& type, fmt::format_context& context) const {
+    return fmt::formatter<std::string_view>::format(type.shape_string(), context);
+  }
+};
+
+namespace ge2 {
 
 // Largest dimension and element count ge2 accepts: keeps every offset and byte
 // count computed from them far from int64 overflow.

@@ -160,9 +160,10 @@ std::int64_t dynamic_bound(const Graph& graph) {
 std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph graph,
                                    const CompileOptions& options) {
   Backend& backend = *backend_ptr;
+  const bool describe = options.describe;
   nlohmann::json passes_json = nlohmann::json::array();
   for (const PassRecord& record : run_pipeline(graph, options.fuse))
-    passes_json.push_back({{"pass", record.pass}, {"notes", record.notes}});
+    if (describe) passes_json.push_back({{"pass", record.pass}, {"notes", record.notes}});
   const std::int64_t bound = dynamic_bound(graph);
 
   auto plan = std::make_unique<Plan>(backend_ptr);
@@ -227,10 +228,11 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
     if (node.kind == OpKind::Constant) {
       const std::size_t bytes = node.constant_data->size();
       backend.upload(*buffer, node.constant_data->data(), bytes);
-      constants_json.push_back({{"name", node.input_name},
-                                {"node", id},
-                                {"type", type.shape_string()},
-                                {"bytes", bytes}});
+      if (describe)
+        constants_json.push_back({{"name", node.input_name},
+                                  {"node", id},
+                                  {"type", type.shape_string()},
+                                  {"bytes", bytes}});
       node.constant_data.reset();  // the plan keeps the backend's copy only
     }
     slot_of[static_cast<std::size_t>(id)] = new_slot(buffer->data(), false);
@@ -239,12 +241,15 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
   plan->graph_ = std::move(graph);
 
   nlohmann::json steps_json = nlohmann::json::array();
-  nlohmann::json description{{"backend", backend.describe()},
-                             {"graph_replay", options.graph_replay},
-                             {"intermediate_bytes", intermediate_bytes},
-                             {"constant_bytes", constant_bytes},
-                             {"constants", constants_json},
-                             {"passes", passes_json}};
+  nlohmann::json* const steps_text = describe ? &steps_json : nullptr;
+  nlohmann::json description;
+  if (describe)
+    description = {{"backend", backend.describe()},
+                   {"graph_replay", options.graph_replay},
+                   {"intermediate_bytes", intermediate_bytes},
+                   {"constant_bytes", constant_bytes},
+                   {"constants", constants_json},
+                   {"passes", passes_json}};
   // Each live GEMM's kernel (by node id) for the layouts `types`: measured times
   // from the tuning database where they exist, else the cost model.
   const MeasuredTime measured = backend.measured_times();
@@ -273,9 +278,12 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
   } else {
     plan->fixed_ = select_gemms(storage);
   }
-  if (options.policy.allow_fp8) description["fp8"] = plan->apply_fp8_policy();
+  if (options.policy.allow_fp8) {
+    nlohmann::json fp8 = plan->apply_fp8_policy();
+    if (describe) description["fp8"] = std::move(fp8);
+  }
   plan->prepare_gated_weights();
-  if (bound > 0) {
+  if (bound > 0 && describe) {
     nlohmann::json buckets_json = nlohmann::json::array();
     for (const ExtentBucket& bucket : plan->buckets_) {
       nlohmann::json gemms = nlohmann::json::array();
@@ -292,19 +300,20 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
     }
     description["dynamic"] = {
         {"max_extent", bound}, {"kept_step_lists", Plan::kMaxStepLists}, {"buckets", buckets_json}};
-    plan->full_ =
-        plan->build_steps(bound, plan->buckets_.back().selections, TuneUse::AsContext, &steps_json);
-  } else {
-    plan->full_ = plan->build_steps(0, plan->fixed_, TuneUse::AsContext, &steps_json);
   }
+  plan->full_ = bound > 0 ? plan->build_steps(bound, plan->buckets_.back().selections,
+                                              TuneUse::AsContext, steps_text)
+                          : plan->build_steps(0, plan->fixed_, TuneUse::AsContext, steps_text);
 
-  nlohmann::json io_json = nlohmann::json::array();
-  for (const auto& io : plan->io_)
-    io_json.push_back(
-        {{"name", io.name}, {"output", io.is_output}, {"type", io.type.shape_string()}});
-  description["io"] = io_json;
-  description["steps"] = steps_json;
-  plan->description_ = description.dump(2);
+  if (describe) {
+    nlohmann::json io_json = nlohmann::json::array();
+    for (const auto& io : plan->io_)
+      io_json.push_back(
+          {{"name", io.name}, {"output", io.is_output}, {"type", io.type.shape_string()}});
+    description["io"] = io_json;
+    description["steps"] = steps_json;
+    plan->description_ = description.dump(2);
+  }
   plan->state_.slots = plan->slot_defaults_;
   plan->state_.device_state = backend.make_plan_state(options.graph_replay);
   return plan;
@@ -333,13 +342,23 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
   std::vector<bool> writes_amax(static_cast<std::size_t>(graph_.size()), false);
   // gated_mul nodes whose multiply their GEMM's step computes.
   std::vector<bool> fused_into_gemm(static_cast<std::size_t>(graph_.size()), false);
-  // The elementwise step of node `id` (not a GEMM).
-  auto elementwise_step = [&](ValueId id, nlohmann::json& step_json) {
+  // The plan text is built only when asked for: steps rebuilt at a new extent and
+  // one-shot plans are never shown, and their text costs more than their steps.
+  const bool describe = steps_json != nullptr;
+  nlohmann::json step_json;
+  auto note = [&](const char* key, auto&& value_of) {
+    if (describe) step_json[key] = value_of();
+  };
+  // The elementwise step of node `id` (not a GEMM); `noted`: it is the step the
+  // text describes, not the unfused fallback of a gated epilogue.
+  auto elementwise_step = [&](ValueId id, bool noted) {
     const Node& node = graph_.node(id);
     const auto [problem, y] = elementwise_problem(node, storage, id);
-    step_json["activation"] = activation_name(problem.act);
-    if (problem.x_act != Activation::None)
-      step_json["input_activation"] = activation_name(problem.x_act);
+    if (noted) {
+      note("activation", [&] { return activation_name(problem.act); });
+      if (problem.x_act != Activation::None)
+        note("input_activation", [&] { return activation_name(problem.x_act); });
+    }
     return backend.make_elementwise(
         problem, {slot_for(node.x), slot_for(node.bias), slot_for(id), slot_for(y)});
   };
@@ -347,10 +366,11 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
     const Node& node = graph_.node(id);
     if (!node.live || node.is_source() || fused_into_gemm[static_cast<std::size_t>(id)]) continue;
     const int slot = slot_for(id);
-    nlohmann::json step_json{{"node", id},
-                             {"op", op_kind_name(node.kind)},
-                             {"fused_from", node.fused_from},
-                             {"output", storage[static_cast<std::size_t>(id)].shape_string()}};
+    if (describe)
+      step_json = {{"node", id},
+                   {"op", op_kind_name(node.kind)},
+                   {"fused_from", node.fused_from},
+                   {"output", storage[static_cast<std::size_t>(id)].shape_string()}};
     if (node.is_gemm_family()) {
       const GemmProblem problem = gemm_problem(graph_, node, storage, id);
       Selection selection = chosen[static_cast<std::size_t>(id)];
@@ -402,31 +422,34 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
           }
         }
         if (!fused) {
-          step_json["gated_epilogue"] = fmt::format("gated_mul #{} not fused: {}", reader, refusal);
+          note("gated_epilogue",
+               [&] { return fmt::format("gated_mul #{} not fused: {}", reader, refusal); });
         } else {
-          nlohmann::json reader_json;
           std::vector<std::unique_ptr<Step>> unfused;
           unfused.push_back(std::move(step));
-          unfused.push_back(elementwise_step(reader, reader_json));
+          unfused.push_back(elementwise_step(reader, false));
           step = std::make_unique<FusedStep>(std::move(fused), std::move(unfused));
           fused_into_gemm[static_cast<std::size_t>(reader)] = true;
-          step_json["gated_epilogue"] =
-              fmt::format("gated_mul #{} ({}(gate) * up) computed in the epilogue", reader,
-                          activation_name(graph_.node(reader).act));
-          step_json["output"] = storage[static_cast<std::size_t>(reader)].shape_string();
+          note("gated_epilogue", [&] {
+            return fmt::format("gated_mul #{} ({}(gate) * up) computed in the epilogue", reader,
+                               activation_name(graph_.node(reader).act));
+          });
+          note("output", [&] { return storage[static_cast<std::size_t>(reader)].shape_string(); });
         }
       }
       list->steps.push_back(std::move(step));
       kernels[static_cast<std::size_t>(id)] = selection.kernel;
       writes_amax[static_cast<std::size_t>(id)] =
           slots.amax_out >= 0 && is_cublaslt_fp8_kernel(selection.kernel);
-      step_json["problem"] = problem_json(problem);
-      step_json["selection"] = selection_json(selection);
+      note("problem", [&] { return problem_json(problem); });
+      note("selection", [&] { return selection_json(selection); });
     } else {
-      list->steps.push_back(elementwise_step(id, step_json));
+      list->steps.push_back(elementwise_step(id, true));
     }
-    step_json["kernel"] = list->steps.back()->describe();
-    if (steps_json) steps_json->push_back(step_json);
+    if (describe) {
+      step_json["kernel"] = list->steps.back()->describe();
+      steps_json->push_back(std::move(step_json));
+    }
   }
   return list;
 }

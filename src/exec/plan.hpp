@@ -18,6 +18,9 @@ namespace ge2 {
 struct CompileOptions {
   bool fuse = true;
   bool graph_replay = false;  // CUDA: replay a recorded CUDA graph while the bindings repeat
+  // Build the plan text (Plan::description). One-shot plans are never shown, and
+  // their text costs more host time than their compile without it.
+  bool describe = true;
   SelectionPolicy policy;
 };
 
@@ -47,6 +50,7 @@ class Plan {
   explicit Plan(std::shared_ptr<Backend> backend) : backend_(std::move(backend)) {}
 
   const std::vector<PlanIo>& io() const { return io_; }
+  // The plan text; empty when compiled without `describe`.
   const std::string& description() const { return description_; }
   // The bound of the dynamic extent; 0 for a plan of fixed shapes.
   std::int64_t max_extent() const { return max_extent_; }

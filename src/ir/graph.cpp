@@ -56,18 +56,18 @@ bool gemm_result_is_dynamic(const TensorType& a, const TensorType& b, const Gemm
   require(!b.dynamic || b.rank == 3, GE2_ERROR_SHAPE_MISMATCH,
           "{}: argument 'b': {} has a dynamic leading dimension, which is B's {}; only the rows of "
           "op(a) or a batch may be dynamic",
-          where, b.shape_string(), attrs.trans_b ? "N" : "K");
+          where, b, attrs.trans_b ? "N" : "K");
   require(!a.dynamic || a.rank == 3 || !attrs.trans_a, GE2_ERROR_SHAPE_MISMATCH,
           "{}: argument 'a': {} is transposed, so its dynamic leading dimension is K; only the "
           "rows of op(a) or a batch may be dynamic",
-          where, a.shape_string());
+          where, a);
   require(!a.dynamic || a.rank == 3 || !batched, GE2_ERROR_SHAPE_MISMATCH,
           "{}: argument 'a': the dynamic rows of {} would be dimension 1 of the batched result; "
           "the dynamic extent must stay the leading dimension",
-          where, a.shape_string());
+          where, a);
   require(a.rank != 3 || b.rank != 3 || a.dynamic == b.dynamic, GE2_ERROR_SHAPE_MISMATCH,
-          "{}: argument 'b': batch of {} and of a {} must both be dynamic or both fixed", where,
-          b.shape_string(), a.shape_string());
+          "{}: argument 'b': batch of {} and of a {} must both be dynamic or both fixed", where, b,
+          a);
   return a.dynamic || b.dynamic;
 }
 
@@ -75,9 +75,9 @@ TensorType infer_gemm(const Graph& graph, const Node& node, const std::string& w
   const TensorType& a = operand_type(graph, node.a, "a", where);
   const TensorType& b = operand_type(graph, node.b, "b", where);
   require(a.rank >= 2, GE2_ERROR_SHAPE_MISMATCH, "{}: argument 'a': rank {} must be 2 or 3 ({})",
-          where, a.rank, a.shape_string());
+          where, a.rank, a);
   require(b.rank >= 2, GE2_ERROR_SHAPE_MISMATCH, "{}: argument 'b': rank {} must be 2 or 3 ({})",
-          where, b.rank, b.shape_string());
+          where, b.rank, b);
   require_same_dtype(a, b, "b", where);
   const MatrixView av = matrix_view(a), bv = matrix_view(b);
   const std::int64_t m = node.gemm.trans_a ? av.cols : av.rows;
@@ -85,17 +85,16 @@ TensorType infer_gemm(const Graph& graph, const Node& node, const std::string& w
   const std::int64_t kb = node.gemm.trans_b ? bv.cols : bv.rows;
   const std::int64_t n = node.gemm.trans_b ? bv.rows : bv.cols;
   require(k == kb, GE2_ERROR_SHAPE_MISMATCH,
-          "{}: argument 'b': K={} does not match A's K={} (a {}{}, b {}{})", where, kb, k,
-          a.shape_string(), node.gemm.trans_a ? " transposed" : "", b.shape_string(),
-          node.gemm.trans_b ? " transposed" : "");
+          "{}: argument 'b': K={} does not match A's K={} (a {}{}, b {}{})", where, kb, k, a,
+          node.gemm.trans_a ? " transposed" : "", b, node.gemm.trans_b ? " transposed" : "");
   require(a.rank == 2 || b.rank == 2 || av.batch == bv.batch, GE2_ERROR_SHAPE_MISMATCH,
           "{}: argument 'b': batch {} does not match A's batch {}", where, bv.batch, av.batch);
   const std::int64_t batch = a.rank == 3 ? av.batch : bv.batch;
   const bool batched = a.rank == 3 || b.rank == 3;
   // Each operand is within kMaxElements, but batch * M * N need not be.
-  require(bounded_product({batch, m, n}, kMaxElements).has_value(), GE2_ERROR_INVALID_ARGUMENT,
-          "{}: the result [{}{}, {}] {} has more than {} elements", where,
-          batched ? fmt::format("{}, ", batch) : "", m, n, dtype_name(a.dtype), kMaxElements);
+  if (!bounded_product({batch, m, n}, kMaxElements))
+    fail(GE2_ERROR_INVALID_ARGUMENT, "{}: the result [{}{}, {}] {} has more than {} elements",
+         where, batched ? fmt::format("{}, ", batch) : "", m, n, dtype_name(a.dtype), kMaxElements);
   TensorType out = batched ? TensorType::dense(a.dtype, 3, {batch, m, n})
                            : TensorType::dense(a.dtype, 2, {m, n, 0});
   out.dynamic = gemm_result_is_dynamic(a, b, node.gemm, where);
@@ -104,8 +103,7 @@ TensorType infer_gemm(const Graph& graph, const Node& node, const std::string& w
     const TensorType& c = operand_type(graph, node.c, "c", where);
     require_same_dtype(a, c, "c", where);
     require(c.same_shape(out), GE2_ERROR_SHAPE_MISMATCH,
-            "{}: argument 'c': shape {} differs from the result's {}", where, c.shape_string(),
-            out.shape_string());
+            "{}: argument 'c': shape {} differs from the result's {}", where, c, out);
   }
   require(node.c != kNoValue || node.gemm.beta == 0.0f, GE2_ERROR_INVALID_ARGUMENT,
           "{}: argument 'attrs': beta = {} needs a C operand", where, node.gemm.beta);
@@ -113,7 +111,7 @@ TensorType infer_gemm(const Graph& graph, const Node& node, const std::string& w
     const TensorType& bias = operand_type(graph, node.bias, "bias", where);
     require_same_dtype(a, bias, "bias", where);
     require(bias.rank == 1 && bias.shape[0] == n, GE2_ERROR_SHAPE_MISMATCH,
-            "{}: argument 'bias': shape {} must be [{}] (N)", where, bias.shape_string(), n);
+            "{}: argument 'bias': shape {} must be [{}] (N)", where, bias, n);
   }
   return out;
 }
@@ -121,14 +119,13 @@ TensorType infer_gemm(const Graph& graph, const Node& node, const std::string& w
 TensorType infer_elementwise(const Graph& graph, const Node& node, const std::string& where) {
   const TensorType& x = operand_type(graph, node.x, "x", where);
   require(x.rank >= 2, GE2_ERROR_SHAPE_MISMATCH, "{}: argument 'x': rank {} must be 2 or 3 ({})",
-          where, x.rank, x.shape_string());
+          where, x.rank, x);
   if (node.kind == OpKind::BiasAdd) {
     const TensorType& bias = operand_type(graph, node.bias, "bias", where);
     require_same_dtype(x, bias, "bias", where);
     const std::int64_t n = x.shape[x.rank - 1];
     require(bias.rank == 1 && bias.shape[0] == n, GE2_ERROR_SHAPE_MISMATCH,
-            "{}: argument 'bias': shape {} must be [{}] (x's last dimension)", where,
-            bias.shape_string(), n);
+            "{}: argument 'bias': shape {} must be [{}] (x's last dimension)", where, bias, n);
   }
   TensorType out = TensorType::dense(x.dtype, x.rank, x.shape);
   out.dynamic = x.dynamic;
@@ -140,19 +137,19 @@ TensorType infer_binary(const Graph& graph, const Node& node, const std::string&
   const TensorType& x = operand_type(graph, node.x, "a", where);
   const TensorType& y = operand_type(graph, node.y, "b", where);
   require(x.rank >= 2, GE2_ERROR_SHAPE_MISMATCH, "{}: argument 'a': rank {} must be 2 or 3 ({})",
-          where, x.rank, x.shape_string());
+          where, x.rank, x);
   require_same_dtype(x, y, "b", where);
   bool trailing = y.rank <= x.rank;
   for (int i = 1; trailing && i <= y.rank; ++i)
     trailing = y.shape[y.rank - i] == x.shape[x.rank - i];
   require(trailing, GE2_ERROR_SHAPE_MISMATCH,
-          "{}: argument 'b': shape {} is neither a's shape {} nor a trailing part of it", where,
-          y.shape_string(), x.shape_string());
+          "{}: argument 'b': shape {} is neither a's shape {} nor a trailing part of it", where, y,
+          x);
   // Broadcast over a's leading dimensions, b's own leading dimension is not a's.
   require(y.rank == x.rank ? y.dynamic == x.dynamic : !y.dynamic, GE2_ERROR_SHAPE_MISMATCH,
           "{}: argument 'b': {} and a {} must both have a dynamic leading dimension or neither "
           "(a broadcast b has none)",
-          where, y.shape_string(), x.shape_string());
+          where, y, x);
   TensorType out = TensorType::dense(x.dtype, x.rank, x.shape);
   out.dynamic = x.dynamic;
   return out;
@@ -162,10 +159,10 @@ TensorType infer_binary(const Graph& graph, const Node& node, const std::string&
 TensorType infer_gated_mul(const Graph& graph, const Node& node, const std::string& where) {
   const TensorType& x = operand_type(graph, node.x, "x", where);
   require(x.rank >= 2, GE2_ERROR_SHAPE_MISMATCH, "{}: argument 'x': rank {} must be 2 or 3 ({})",
-          where, x.rank, x.shape_string());
+          where, x.rank, x);
   const std::int64_t width = x.shape[x.rank - 1];
   require(width % 2 == 0, GE2_ERROR_SHAPE_MISMATCH,
-          "{}: argument 'x': last dimension {} is not even ({})", where, width, x.shape_string());
+          "{}: argument 'x': last dimension {} is not even ({})", where, width, x);
   std::array<std::int64_t, 3> shape = x.shape;
   shape[x.rank - 1] = width / 2;
   TensorType out = TensorType::dense(x.dtype, x.rank, shape);

@@ -79,3 +79,12 @@ struct ElementwiseProblem {
 };
 
 }  // namespace ge2
+
+// "{}" of a GemmProblem is its shape_string(), built only when a message is (as
+// for TensorType).
+template <>
+struct fmt::formatter<ge2::GemmProblem> : fmt::formatter<std::string_view> {
+  auto format(const ge2::GemmProblem& problem, fmt::format_context& context) const {
+    return fmt::formatter<std::string_view>::format(problem.shape_string(), context);
+  }
+};

@@ -24,10 +24,9 @@ void verify_graph(const Graph& graph, std::string_view after_pass) {
                     id, op_kind_name(node.kind));
     const OpInfo& info = op_info(node.kind);
     const unsigned roles = operand_roles(node);
-    require(
-        (roles & info.required_roles) == info.required_roles && (roles & ~info.allowed_roles) == 0,
-        GE2_ERROR_INTERNAL, "{} has operands {} where it needs {} and allows {}", where,
-        role_names(roles), role_names(info.required_roles), role_names(info.allowed_roles));
+    if ((roles & info.required_roles) != info.required_roles || (roles & ~info.allowed_roles) != 0)
+      fail(GE2_ERROR_INTERNAL, "{} has operands {} where it needs {} and allows {}", where,
+           role_names(roles), role_names(info.required_roles), role_names(info.allowed_roles));
     for (ValueId operand : node.operands()) {
       require(operand >= 0 && operand < id, GE2_ERROR_INTERNAL,
               "{} reads {}, which is not an earlier node", where, operand);
@@ -36,8 +35,7 @@ void verify_graph(const Graph& graph, std::string_view after_pass) {
     }
     const TensorType inferred = infer_node_type(graph, node, where);
     require(inferred.dtype == node.type.dtype && inferred.same_shape(node.type), GE2_ERROR_INTERNAL,
-            "{} has type {} but its operands imply {}", where, node.type.shape_string(),
-            inferred.shape_string());
+            "{} has type {} but its operands imply {}", where, node.type, inferred);
   }
   for (const auto& output : graph.outputs()) {
     require(graph.contains(output.value) && graph.node(output.value).live, GE2_ERROR_INTERNAL,

@@ -16,7 +16,7 @@ void ShapeInferencePass::run(Graph& graph, PassLog&) const {
     require(output.layout->dtype == type.dtype && output.layout->same_shape(type),
             GE2_ERROR_SHAPE_MISMATCH,
             "shape_inference: output '{}': layout {} differs from the value's {}", output.name,
-            output.layout->shape_string(), type.shape_string());
+            *output.layout, type);
   }
 }
 

@@ -16,12 +16,13 @@ void ValidatePass::run(Graph& graph, PassLog&) const {
     }
     const OpInfo& info = op_info(node.kind);
     const unsigned roles = operand_roles(node);
-    require((roles & info.required_roles) == info.required_roles, GE2_ERROR_INVALID_ARGUMENT,
-            "{}: a {} needs operands {} but has {}", where, info.name,
-            role_names(info.required_roles), roles == 0 ? "none" : role_names(roles));
-    require((roles & ~info.allowed_roles) == 0, GE2_ERROR_INVALID_ARGUMENT,
-            "{}: a {} takes no operand {}", where, info.name,
-            role_names(roles & ~info.allowed_roles));
+    // role_names builds a string: only for the message.
+    if ((roles & info.required_roles) != info.required_roles)
+      fail(GE2_ERROR_INVALID_ARGUMENT, "{}: a {} needs operands {} but has {}", where, info.name,
+           role_names(info.required_roles), roles == 0 ? "none" : role_names(roles));
+    if ((roles & ~info.allowed_roles) != 0)
+      fail(GE2_ERROR_INVALID_ARGUMENT, "{}: a {} takes no operand {}", where, info.name,
+           role_names(roles & ~info.allowed_roles));
     if (node.is_source()) {
       require(!node.input_name.empty(), GE2_ERROR_INVALID_ARGUMENT, "{}: {} has no name", where,
               info.name);

@@ -426,7 +426,7 @@ void choose_kernel(Selection& selection, const GemmProblem& problem, const Selec
     }
     require(forced->feasible, GE2_ERROR_UNSUPPORTED,
             "kernel '{}' was forced but cannot run GEMM {} ({}): {}", kernel_name(*policy.forced),
-            problem.shape_string(), dtype_name(problem.dtype), forced->reason);
+            problem, dtype_name(problem.dtype), forced->reason);
     selection.kernel = *policy.forced;
     selection.staged = forced->staged && !forced->measured;
     selection.why = "forced by force_kernel / GE2_FORCE_KERNEL";
@@ -464,8 +464,8 @@ void choose_kernel(Selection& selection, const GemmProblem& problem, const Selec
                           best->model_us, kernel_name(best->kernel));
     return;
   }
-  require(best != nullptr, GE2_ERROR_UNSUPPORTED, "no kernel can run GEMM {} ({})",
-          problem.shape_string(), dtype_name(problem.dtype));
+  require(best != nullptr, GE2_ERROR_UNSUPPORTED, "no kernel can run GEMM {} ({})", problem,
+          dtype_name(problem.dtype));
   selection.kernel = best->kernel;
   selection.staged = best->staged && !best->measured;
   selection.why = fmt::format("lowest {} time ({:.2f} us){}",
@@ -487,8 +487,8 @@ void refuse_and_reselect(Selection& selection, const GemmProblem& problem,
     candidate.reason = fmt::format("the backend refused it: {}", refusal);
   }
   require(!policy.forced, GE2_ERROR_UNSUPPORTED,
-          "kernel '{}' was forced but cannot run GEMM {} ({}): {}", kernel_name(refused),
-          problem.shape_string(), dtype_name(problem.dtype), refusal);
+          "kernel '{}' was forced but cannot run GEMM {} ({}): {}", kernel_name(refused), problem,
+          dtype_name(problem.dtype), refusal);
   choose_kernel(selection, problem, policy, is_tensor_core_aligned(problem));
   selection.why += fmt::format(" ({} refused by the backend)", kernel_name(refused));
 }

@@ -44,8 +44,7 @@ AlgoChooser::~AlgoChooser() = default;
 AlgoChoice AlgoChooser::heuristic(const LtMatmul& matmul, std::uint32_t alignment) const {
   const auto results = matmul.heuristic(1, workspace_bytes_, alignment);
   require(!results.empty(), GE2_ERROR_CUBLAS, "cuBLASLt offers no algorithm for GEMM {} ({}, {})",
-          matmul.problem().shape_string(), dtype_name(matmul.problem().dtype),
-          kernel_name(matmul.kernel()));
+          matmul.problem(), dtype_name(matmul.problem().dtype), kernel_name(matmul.kernel()));
   return {results.front().algo, read_algo_config(results.front().algo),
           results.front().workspaceSize,
           alignment >= 16 ? "heuristic"
@@ -235,7 +234,7 @@ RivalSource AlgoChooser::rivals_of(const GemmProblem& problem, const GemmProblem
       } catch (const Error& error) {
         // A kernel that cannot be readied is left unmeasured; cuBLASLt's tuning goes on.
         logger_(LogLevel::Warning, "tuning: {} not timed on GEMM {}: {}", kernel_name(kernel),
-                timed.shape_string(), error.what());
+                timed, error.what());
       }
       if (rival)
         rivals.push_back(std::move(*rival));
@@ -264,8 +263,7 @@ std::optional<RivalKernel> AlgoChooser::checked_rival(KernelId kernel, const Gem
   logger_(LogLevel::Warning,
           "tuning: {}{} disagrees with the reference on GEMM {} (relative difference {:.3g}); not "
           "timed",
-          kernel_name(kernel), problem.gated ? " (gated epilogue)" : "", problem.shape_string(),
-          difference);
+          kernel_name(kernel), problem.gated ? " (gated epilogue)" : "", problem, difference);
   return std::nullopt;
 }
 

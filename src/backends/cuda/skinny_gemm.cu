@@ -33,8 +33,7 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
   const MatrixView op_a = pr.op_a(), op_b = pr.op_b();
   require(pr.m >= 1 && pr.m <= kSkinnyMaxRows && op_a.col_stride == 1 && op_b.row_stride == 1 &&
               pr.d.col_stride == 1 && (!pr.has_c || pr.c.col_stride == 1) && pr.batch <= 65535,
-          GE2_ERROR_INTERNAL, "cuda_skinny: GEMM {} is outside the kernel's layouts",
-          pr.shape_string());
+          GE2_ERROR_INTERNAL, "cuda_skinny: GEMM {} is outside the kernel's layouts", pr);
   skinny::Params p{};
   p.a = a;
   p.b = b;

@@ -26,7 +26,7 @@ TuneOutcome Tuner::tune(LtMatmul& matmul, const RivalSource& rival_source) {
 
   const auto heuristic = matmul.heuristic(1, max_workspace_, 16);
   require(!heuristic.empty(), GE2_ERROR_CUBLAS, "tuner: cuBLASLt offers no algorithm for GEMM {}",
-          p.shape_string());
+          p);
   rig.clear(rig.reference());
   run(heuristic.front().algo, 0, rig.reference());
 
