@@ -355,9 +355,9 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
     const Node& node = graph_.node(id);
     const auto [problem, y] = elementwise_problem(node, storage, id);
     if (noted) {
-      note("activation", [&] { return activation_name(problem.act); });
+      note("activation", [act = problem.act] { return activation_name(act); });
       if (problem.x_act != Activation::None)
-        note("input_activation", [&] { return activation_name(problem.x_act); });
+        note("input_activation", [act = problem.x_act] { return activation_name(act); });
     }
     return backend.make_elementwise(
         problem, {slot_for(node.x), slot_for(node.bias), slot_for(id), slot_for(y)});
