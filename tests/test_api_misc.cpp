@@ -153,6 +153,45 @@ TEST_CASE("one-shot: ge2_gemm_bias_act matches fp64 and reuses its plan") {
   }
 }
 
+TEST_CASE("one-shot: $GE2_FORCE_KERNEL applies to its plans as to ge2_plan_compile's") {
+  HostTensor a = make_tensor(GE2_DTYPE_F32, {6, 5}), b = make_tensor(GE2_DTYPE_F32, {5, 4}),
+             d = make_tensor(GE2_DTYPE_F32, {6, 4});
+  fill_random(a);
+  fill_random(b);
+  ge2_gemm_params_t p;
+  ge2_gemm_params_init(&p);
+  p.m = 6;
+  p.n = 4;
+  p.k = 5;
+  p.dtype = GE2_DTYPE_F32;
+  auto call = [&](ge2_context_t* context) {
+    poison(d);
+    return ge2_gemm_bias_act(context, &p, a.data(), b.data(), nullptr, d.data(), nullptr);
+  };
+  // Read when a one-shot plan is compiled: each context below starts with an empty cache.
+  setenv("GE2_FORCE_KERNEL", "lt_f32", 1);
+  {
+    auto context = make_context(GE2_DEVICE_CPU);
+    CHECK(call(context.get()) == GE2_ERROR_UNSUPPORTED);
+    CHECK(std::string(ge2_last_error()).find("kernel 'lt_f32' was forced") != std::string::npos);
+  }
+  setenv("GE2_FORCE_KERNEL", "no_such_kernel", 1);
+  {
+    auto context = make_context(GE2_DEVICE_CPU);
+    CHECK(call(context.get()) == GE2_ERROR_INVALID_ARGUMENT);
+    CHECK(std::string(ge2_last_error()).find("'$GE2_FORCE_KERNEL' = 'no_such_kernel'") !=
+          std::string::npos);
+  }
+  setenv("GE2_FORCE_KERNEL", "cpu_ref", 1);
+  {
+    auto context = make_context(GE2_DEVICE_CPU);
+    REQUIRE_MESSAGE(call(context.get()) == GE2_OK, std::string(ge2_last_error()));
+    CHECK(relative_error(d, gemm_reference(a, b, nullptr, nullptr, {})) <=
+          tolerance(GE2_DTYPE_F32));
+  }
+  unsetenv("GE2_FORCE_KERNEL");
+}
+
 TEST_CASE("concurrency: one plan executed from several threads gives right answers") {
   auto context = make_context(GE2_DEVICE_CPU);
   auto graph = make_graph();

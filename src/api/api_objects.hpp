@@ -37,6 +37,9 @@ namespace ge2 {
 // Appends the GEMM problems `plan` selected kernels for to the context's record
 // file, if it has one; a failure is logged once and ends recording, never the compile.
 void record_selected_gemms(ge2_context_s& context, const Plan& plan);
+// The caller's compile options (NULL: the defaults), with $GE2_FORCE_KERNEL where
+// they force no kernel; a bad value is refused naming `function` and the argument.
+CompileOptions compile_options_from(const ge2_compile_options_t* options, const char* function);
 }  // namespace ge2
 
 struct ge2_graph_s {

@@ -136,7 +136,8 @@ std::unique_ptr<Plan> build_one_shot_plan(ge2_context_t* context, const ge2_gemm
       operand_desc(p, p.m, p.n, p.ldd, p.stride_d, "ldd", "stride_d", f);
   graph.add_output(
       {d, "d", tensor_type_from_desc(d_desc, fmt::format("{}: argument 'params' (d)", f))});
-  CompileOptions options;
+  // The defaults, and $GE2_FORCE_KERNEL as for any plan compiled without options.
+  CompileOptions options = compile_options_from(nullptr, f);
   options.describe = false;  // a one-shot call's plan is never shown
   return compile_plan(context->backend, std::move(graph), options);
 }
