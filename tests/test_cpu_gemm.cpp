@@ -2,6 +2,7 @@
 // transpose) combination, fused nodes and unfused chains, batches, strides.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <random>
 
 #include "support/api_helpers.hpp"
@@ -99,4 +100,49 @@ TEST_CASE("cpu: a wrong result is detected (the oracle can fail)") {
   CHECK(relative_error(d, ref) > 1e-3);
   poison(d);
   CHECK(relative_error(d, ref) == std::numeric_limits<double>::infinity());
+}
+
+TEST_CASE("cpu: a GEMM split over row blocks and threads equals it computed one row at a time") {
+  // 203 x 300 x 150 is past the size from which the CPU GEMM uses threads, and 203
+  // rows end in a partial block of 8. Each row's fp32 sums must not depend on
+  // how rows are grouped, so the large call equals 203 one-row calls bit for bit.
+  auto context = make_context(GE2_DEVICE_CPU);
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F32, GE2_DTYPE_BF16}) {
+    const std::int64_t m = 203, n = 300, k = 150;
+    HostTensor a = make_tensor(dtype, {m, k}), w = make_tensor(dtype, {n, k});  // nn.Linear
+    HostTensor bias = make_tensor(dtype, {n}), d = make_tensor(dtype, {m, n});
+    fill_random(a);
+    fill_random(w);
+    fill_random(bias);
+    ge2_gemm_params_t p;
+    ge2_gemm_params_init(&p);
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.trans_b = 1;
+    p.dtype = dtype;
+    p.has_bias = 1;
+    p.activation = GE2_ACT_SILU;
+    poison(d);
+    REQUIRE_MESSAGE(ge2_gemm_bias_act(context.get(), &p, a.data(), w.data(), bias.data(), d.data(),
+                                      nullptr) == GE2_OK,
+                    std::string(ge2_last_error()));
+    CHECK(relative_error(
+              d, gemm_reference(a, w, nullptr, &bias, {false, true, 1.0, 0.0, GE2_ACT_SILU})) <=
+          tolerance(dtype));
+    ge2_gemm_params_t one_row = p;
+    one_row.m = 1;
+    HostTensor row = make_tensor(dtype, {1, n});
+    int differing_rows = 0;
+    for (std::int64_t i = 0; i < m; ++i) {
+      poison(row);
+      REQUIRE(ge2_gemm_bias_act(context.get(), &one_row,
+                                a.bytes.data() + a.offset(0, i, 0) * a.element_size(), w.data(),
+                                bias.data(), row.data(), nullptr) == GE2_OK);
+      differing_rows +=
+          std::memcmp(d.bytes.data() + d.offset(0, i, 0) * d.element_size(), row.data(),
+                      static_cast<std::size_t>(n) * d.element_size()) != 0;
+    }
+    CHECK(differing_rows == 0);
+  }
 }

@@ -1,7 +1,17 @@
 #include "backends/cpu/cpu_kernels.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
+#include <mutex>
+#include <system_error>
+#include <thread>
 #include <vector>
+
+#ifdef __linux__
+#include <sched.h>
+#endif
 
 #include "core/activation.hpp"
 #include "core/error.hpp"
@@ -10,21 +20,38 @@
 namespace ge2::cpu {
 namespace {
 
-// Copies op(matrix) of one batch into a dense row-major float buffer [rows x cols].
-void pack(const MatrixView& v, bool transposed, DType dtype, const void* base,
-          std::int64_t batch_index, std::vector<float>& out) {
+// Copies op(matrix) of one batch into a dense row-major float buffer [rows x cols],
+// in square tiles so a transposed read (nn.Linear's weights) stays within cache.
+template <float (*Load)(const void*, std::int64_t)>
+void pack_as(const MatrixView& v, bool transposed, const void* base, std::int64_t batch_index,
+             std::vector<float>& out) {
+  constexpr std::int64_t kTile = 64;
   const std::int64_t rows = transposed ? v.cols : v.rows;
   const std::int64_t cols = transposed ? v.rows : v.cols;
   out.resize(static_cast<std::size_t>(rows * cols));
   const std::int64_t origin = batch_index * v.batch_stride;
-  for (std::int64_t i = 0; i < rows; ++i) {
-    for (std::int64_t j = 0; j < cols; ++j) {
-      const std::int64_t stored_row = transposed ? j : i;
-      const std::int64_t stored_col = transposed ? i : j;
-      out[static_cast<std::size_t>(i * cols + j)] = load_as_float(
-          base, dtype, origin + stored_row * v.row_stride + stored_col * v.col_stride);
-    }
+  // Element (i, j) of op(matrix) is stored at (j, i) when transposed.
+  const std::int64_t step_i = transposed ? v.col_stride : v.row_stride;
+  const std::int64_t step_j = transposed ? v.row_stride : v.col_stride;
+  for (std::int64_t i0 = 0; i0 < rows; i0 += kTile)
+    for (std::int64_t j0 = 0; j0 < cols; j0 += kTile)
+      for (std::int64_t i = i0; i < std::min(rows, i0 + kTile); ++i)
+        for (std::int64_t j = j0; j < std::min(cols, j0 + kTile); ++j)
+          out[static_cast<std::size_t>(i * cols + j)] =
+              Load(base, origin + i * step_i + j * step_j);
+}
+
+void pack(const MatrixView& v, bool transposed, DType dtype, const void* base,
+          std::int64_t batch_index, std::vector<float>& out) {
+  switch (dtype) {
+    case DType::F16:
+      return pack_as<detail::load_f16>(v, transposed, base, batch_index, out);
+    case DType::BF16:
+      return pack_as<detail::load_bf16>(v, transposed, base, batch_index, out);
+    case DType::F32:
+      return pack_as<detail::load_f32>(v, transposed, base, batch_index, out);
   }
+  fail(GE2_ERROR_INTERNAL, "cpu pack: dtype {} has no loader", static_cast<int>(dtype));
 }
 
 // Rounds every value to e4m3 through the per-tensor scale (the device's
@@ -42,36 +69,129 @@ float round_to_e4m3(std::vector<float>& values) {
 }
 
 // out[batch, i, :] = act(gate) * up for the row's values [gate | up].
-void store_gated_row(const GatedOutput& gated, const std::vector<float>& row, std::int64_t batch,
-                     std::int64_t i, DType dtype, void* out) {
+void store_gated_row(const GatedOutput& gated, const float* row, std::int64_t batch, std::int64_t i,
+                     DType dtype, void* out) {
   const MatrixView& o = gated.out;
   const std::int64_t half = o.cols;
   visit_activation(gated.act, [&](auto act) {
     for (std::int64_t j = 0; j < half; ++j)
       store_from_float(out, dtype, batch * o.batch_stride + i * o.row_stride + j * o.col_stride,
-                       gated_product(act, row[static_cast<std::size_t>(j)],
-                                     row[static_cast<std::size_t>(half + j)]));
+                       gated_product(act, row[j], row[half + j]));
   });
+}
+
+// Rows of A that share each pass over B (each B row loaded serves all of them)
+// and columns per chunk: the block's accumulators, 8 x 512 floats, stay in L1.
+constexpr std::int64_t kRowBlock = 8;
+constexpr std::int64_t kColChunk = 512;
+// Below this many multiply-adds per batch a GEMM runs on the calling thread only:
+// starting a thread costs tens of microseconds.
+constexpr double kThreadedFrom = 4.0e6;
+constexpr unsigned kMaxThreads = 16;
+
+// A dense-row view of op(A) or op(B) in f32: the caller's memory where it already
+// is f32 with unit column stride, else a packed copy.
+struct RowMajor {
+  const float* data = nullptr;
+  std::int64_t row_stride = 0;
+};
+
+// acc[r, :] = the sum over k, in order from 0, of a[r, k] * b[k, :], for `rows`
+// rows: every element is the same fp32 sum in the same order as with one row at
+// a time and one thread, so results never depend on the blocking, the threads
+// or the instruction set (AVX2 where the CPU has it: 8 lanes, no FMA, so each
+// product is rounded before its sum as in the baseline clone).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+void multiply_rows(RowMajor a, RowMajor b, std::int64_t rows, std::int64_t k, std::int64_t n,
+                   float* acc) {
+  std::fill(acc, acc + rows * n, 0.0f);
+  for (std::int64_t j0 = 0; j0 < n; j0 += kColChunk) {
+    const std::int64_t width = std::min(kColChunk, n - j0);
+    for (std::int64_t kk = 0; kk < k; ++kk) {
+      const float* __restrict b_row = b.data + kk * b.row_stride + j0;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float a_rk = a.data[r * a.row_stride + kk];
+        float* __restrict out = acc + r * n + j0;
+        for (std::int64_t j = 0; j < width; ++j) out[j] += a_rk * b_row[j];
+      }
+    }
+  }
+}
+
+// The CPUs this process may run on (its affinity mask), at least 1.
+unsigned usable_cpus() {
+#ifdef __linux__
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+#endif
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+// Runs body(claim) on up to `threads` threads, the caller's among them; claim()
+// hands out each block index in [0, blocks) once, then -1. A thread that cannot
+// be started leaves its share to the others; the first exception a body throws
+// is rethrown here once all have stopped.
+template <typename Body>
+void run_blocks(std::int64_t blocks, unsigned threads, const Body& body) {
+  std::atomic<std::int64_t> next{0};
+  auto claim = [&]() -> std::int64_t {
+    const std::int64_t block = next++;
+    return block < blocks ? block : -1;
+  };
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto worker = [&] {
+    try {
+      body(claim);
+    } catch (...) {
+      const std::lock_guard lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      next = blocks;
+    }
+  };
+  {
+    std::vector<std::jthread> helpers;
+    for (unsigned t = 1; t < threads; ++t) {
+      try {
+        helpers.emplace_back(worker);
+      } catch (const std::system_error&) {
+        break;
+      }
+    }
+    worker();
+  }  // joins the helpers
+  if (failure) std::rethrow_exception(failure);
+}
+
+// op(v) of one batch as dense f32 rows: in place when it already is (no copy, no
+// allocation: the common f32 case), else packed into `buffer`.
+RowMajor rows_of(const MatrixView& v, bool transposed, DType dtype, const void* base,
+                 std::int64_t batch_index, bool must_copy, std::vector<float>& buffer) {
+  if (!must_copy && dtype == DType::F32 && !transposed && v.col_stride == 1)
+    return {static_cast<const float*>(base) + batch_index * v.batch_stride, v.row_stride};
+  pack(v, transposed, dtype, base, batch_index, buffer);
+  return {buffer.data(), transposed ? v.rows : v.cols};
 }
 
 void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c, const void* bias,
                void* d, bool fp8) {
-  std::vector<float> packed_a, packed_b, row(static_cast<std::size_t>(p.n));
+  std::vector<float> packed_a, packed_b;
+  const std::int64_t blocks = (p.m + kRowBlock - 1) / kRowBlock;
+  const double work = static_cast<double>(p.m) * static_cast<double>(p.n) * p.k;
+  const unsigned threads = work < kThreadedFrom
+                               ? 1u
+                               : static_cast<unsigned>(std::min<std::int64_t>(
+                                     blocks, std::min(usable_cpus(), kMaxThreads)));
   for (std::int64_t batch = 0; batch < p.batch; ++batch) {
-    pack(p.a, p.trans_a, p.dtype, a, batch, packed_a);
-    pack(p.b, p.trans_b, p.dtype, b, batch, packed_b);
+    // FP8 rounds the operands in place: always a copy.
+    const RowMajor a_rows = rows_of(p.a, p.trans_a, p.dtype, a, batch, fp8, packed_a);
+    const RowMajor b_rows = rows_of(p.b, p.trans_b, p.dtype, b, batch, fp8, packed_b);
     const float scale = fp8 ? round_to_e4m3(packed_a) * round_to_e4m3(packed_b) : 1.0f;
-    for (std::int64_t i = 0; i < p.m; ++i) {
-      std::fill(row.begin(), row.end(), 0.0f);
-      const float* a_row = packed_a.data() + i * p.k;
-      // i-k-j order keeps the inner loop contiguous in B and the accumulator.
-      for (std::int64_t kk = 0; kk < p.k; ++kk) {
-        const float a_ik = a_row[kk];
-        const float* b_row = packed_b.data() + kk * p.n;
-        for (std::int64_t j = 0; j < p.n; ++j) row[static_cast<std::size_t>(j)] += a_ik * b_row[j];
-      }
+    auto finish_row = [&](std::int64_t i, float* row) {
       for (std::int64_t j = 0; j < p.n; ++j) {
-        float& value = row[static_cast<std::size_t>(j)];
+        float& value = row[j];
         value *= p.alpha * scale;
         if (p.has_c)
           value += p.beta * load_as_float(
@@ -84,7 +204,17 @@ void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c
                            apply_activation(p.act, value));
       }
       if (p.gated) store_gated_row(*p.gated, row, batch, i, p.dtype, d);
-    }
+    };
+    run_blocks(blocks, threads, [&](auto claim) {
+      std::vector<float> acc(static_cast<std::size_t>(kRowBlock * p.n));
+      for (std::int64_t block = claim(); block >= 0; block = claim()) {
+        const std::int64_t first = block * kRowBlock;
+        const std::int64_t rows = std::min(kRowBlock, p.m - first);
+        multiply_rows({a_rows.data + first * a_rows.row_stride, a_rows.row_stride}, b_rows, rows,
+                      p.k, p.n, acc.data());
+        for (std::int64_t r = 0; r < rows; ++r) finish_row(first + r, acc.data() + r * p.n);
+      }
+    });
   }
 }
 
