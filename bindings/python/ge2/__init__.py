@@ -58,7 +58,11 @@ def _dtype(dtype, function: str) -> int:
     return _checks.choice(dtype, _DTYPE_NAMES, "dtype", function)
 
 
-def _value(value, argument: str, function: str) -> int:
+def _value(value, argument: str, function: str, graph_token) -> int:
+    # A Value knows its graph: ids are indices, so another graph's value would name
+    # whatever that graph has under the same index.
+    if isinstance(value, Value) and value._graph not in (None, graph_token):
+        raise invalid(function, f"argument '{argument}' = {int(value)} is a value of another ge2.Graph")
     return _checks.integer(value, argument, function, _checks.INT32_MIN, _checks.INT32_MAX)
 
 
@@ -158,7 +162,9 @@ class Context:
 
 
 class Value(int):
-    """A value of a graph (its id)."""
+    """A value of a graph: its id there (an int), refused by any other graph."""
+
+    _graph = None  # the token of the Graph that made it
 
 
 class Graph:
@@ -168,6 +174,12 @@ class Graph:
         handle = ctypes.c_void_p()
         _check(_lib.ge2_graph_create(ctypes.byref(handle)))
         self._handle = handle
+        self._token = object()  # identifies this graph's values
+
+    def _new_value(self, value_id: int) -> Value:
+        value = Value(value_id)
+        value._graph = self._token
+        return value
 
     def __del__(self):
         if getattr(self, "_handle", None) is not None:
@@ -185,7 +197,7 @@ class Graph:
         add = _lib.ge2_graph_add_dynamic_input if _checks.flag(dynamic, "dynamic", f) else _lib.ge2_graph_add_input
         out = ctypes.c_int32()
         _check(add(self._handle, encoded, ctypes.byref(desc), ctypes.byref(out)))
-        return Value(out.value)
+        return self._new_value(out.value)
 
     def constant(self, name: str, array) -> Value:
         """A named tensor whose values are copied from `array` now (NumPy, or a CPU tensor):
@@ -200,7 +212,7 @@ class Graph:
         desc = _desc(v.dtype, v.shape, v.strides, f)
         out = ctypes.c_int32()
         _check(_lib.ge2_graph_add_constant(self._handle, encoded, ctypes.byref(desc), v.pointer, ctypes.byref(out)))
-        return Value(out.value)
+        return self._new_value(out.value)
 
     @staticmethod
     def _attrs(trans_a, trans_b, alpha, beta, function):
@@ -218,32 +230,32 @@ class Graph:
         f = "ge2.Graph.gemm"
         out = ctypes.c_int32()
         attrs = self._attrs(trans_a, trans_b, alpha, beta, f)
-        _check(_lib.ge2_graph_add_gemm(self._handle, _value(a, "a", f), _value(b, "b", f),
-                                       _capi.NO_VALUE if c is None else _value(c, "c", f),
+        _check(_lib.ge2_graph_add_gemm(self._handle, _value(a, "a", f, self._token), _value(b, "b", f, self._token),
+                                       _capi.NO_VALUE if c is None else _value(c, "c", f, self._token),
                                        ctypes.byref(attrs), ctypes.byref(out)))
-        return Value(out.value)
+        return self._new_value(out.value)
 
     def bias(self, x, bias) -> Value:
         """x + bias, with bias of shape [N] added to every row (fused into the GEMM before it)."""
         f = "ge2.Graph.bias"
         out = ctypes.c_int32()
-        _check(_lib.ge2_graph_add_bias(self._handle, _value(x, "x", f), _value(bias, "bias", f), ctypes.byref(out)))
-        return Value(out.value)
+        _check(_lib.ge2_graph_add_bias(self._handle, _value(x, "x", f, self._token), _value(bias, "bias", f, self._token), ctypes.byref(out)))
+        return self._new_value(out.value)
 
     def activation(self, x, act) -> Value:
         """act(x) for act "relu", "gelu" (exact erf), "gelu_tanh" or "silu". Fused into the GEMM before
         it, or into the multiply after it (silu(gate) * up)."""
         f = "ge2.Graph.activation"
         out = ctypes.c_int32()
-        _check(_lib.ge2_graph_add_activation(self._handle, _value(x, "x", f), _activation(act, f),
+        _check(_lib.ge2_graph_add_activation(self._handle, _value(x, "x", f, self._token), _activation(act, f),
                                              ctypes.byref(out)))
-        return Value(out.value)
+        return self._new_value(out.value)
 
     def _elementwise(self, op: int, a, b, function: str) -> Value:
         out = ctypes.c_int32()
-        _check(_lib.ge2_graph_add_elementwise(self._handle, op, _value(a, "a", function), _value(b, "b", function),
+        _check(_lib.ge2_graph_add_elementwise(self._handle, op, _value(a, "a", function, self._token), _value(b, "b", function, self._token),
                                               ctypes.byref(out)))
-        return Value(out.value)
+        return self._new_value(out.value)
 
     def add(self, a, b) -> Value:
         """a + b; b has a's shape or a trailing part of it (broadcast). A residual add after a
@@ -259,15 +271,15 @@ class Graph:
         f = "ge2.Graph.gemm_bias_act"
         out = ctypes.c_int32()
         attrs = self._attrs(trans_a, trans_b, alpha, 0.0, f)
-        _check(_lib.ge2_graph_add_gemm_bias_act(self._handle, _value(a, "a", f), _value(b, "b", f),
-                                                _capi.NO_VALUE if bias is None else _value(bias, "bias", f),
+        _check(_lib.ge2_graph_add_gemm_bias_act(self._handle, _value(a, "a", f, self._token), _value(b, "b", f, self._token),
+                                                _capi.NO_VALUE if bias is None else _value(bias, "bias", f, self._token),
                                                 ctypes.byref(attrs), _activation(act, f), ctypes.byref(out)))
-        return Value(out.value)
+        return self._new_value(out.value)
 
     def output(self, value, name: str) -> None:
         """Marks `value` as an output bound by `name` at execution (dense row-major)."""
         f = "ge2.Graph.output"
-        _check(_lib.ge2_graph_mark_output(self._handle, _value(value, "value", f), _checks.name(name, "name", f),
+        _check(_lib.ge2_graph_mark_output(self._handle, _value(value, "value", f, self._token), _checks.name(name, "name", f),
                                           None))
 
     def compile(self, context: Context, fuse=True, allow_tf32=False, force_kernel: str | None = None,

@@ -210,6 +210,13 @@ def test_graph_and_context_arguments(cpu, c_calls):
     x = g.input("x", (2, 2), "f32")
     _refused(c_calls, V, r"argument 'a' = 2147483648 is outside", lambda: g.gemm(2**31, x))
     _refused(c_calls, V, r"argument 'act' = 'swish'", lambda: g.activation(x, "swish"))
+    # Ids are indices: another graph's value 0 would silently name this graph's value 0.
+    other = ge2.Graph()
+    y = other.input("y", (2, 2), "f32")
+    assert int(y) == int(x) == 0
+    _refused(c_calls, V, r"argument 'b' = 0 is a value of another ge2.Graph", lambda: g.gemm(x, y))
+    _refused(c_calls, V, r"argument 'value' = 0 is a value of another ge2.Graph", lambda: g.output(y, "out"))
+    assert g.gemm(x, 0) == 1  # a plain id is taken as this graph's
     ctx = ge2.Context(device="cpu", tunedb="", one_shot_cache_size=2)
     assert ctx.describe()["one_shot_cache"]["capacity"] == 2
     ctx.close()
