@@ -123,6 +123,14 @@ for mode in $modes; do
       echo "--- export / import / info"; $T export --db "$DB" --out "$OUT/tunedb.jsonl"
       $T import --db "$OUT/imported.sqlite" --in "$OUT/tunedb.jsonl"; $T info --db "$OUT/imported.sqlite"
       echo "--- bad arguments"; $T tune --db "$DB" --shape 12x34; echo "exit $?"
+      # Record mode: the sample's GEMMs recorded at compile, tuned from the record
+      # on the device, then served from that database to a cached check.
+      rm -f "$OUT/record.jsonl" "$OUT/record.sqlite"*
+      echo "--- record: ge2_mlp with GE2_TUNE_RECORD"
+      GE2_TUNEDB= GE2_TUNE_RECORD="$OUT/record.jsonl" "$BUILD/samples/ge2_mlp" | tail -1
+      wc -l < "$OUT/record.jsonl"
+      echo "--- ge_tune tune --from-recorded"; $T tune --db "$OUT/record.sqlite" --from-recorded "$OUT/record.jsonl"
+      echo "--- ge_tune check --from-recorded"; $T check --db "$OUT/record.sqlite" --from-recorded "$OUT/record.jsonl"
     } > "$OUT/ge_tune.log" 2>&1
     cat "$OUT/ge_tune.log" | tail -30
     note "ge_tune: $(grep -c 'tuned now' "$OUT/ge_tune.log") shapes tuned, $(grep -c '\[tunedb\]' "$OUT/ge_tune.log") served from the db in a second process"
