@@ -99,13 +99,10 @@ struct RowMajor {
 // acc[r, :] = the sum over k, in order from 0, of a[r, k] * b[k, :], for `rows`
 // rows: every element is the same fp32 sum in the same order as with one row at
 // a time and one thread, so results never depend on the blocking, the threads
-// or the instruction set (AVX2 where the CPU has it: 8 lanes, no FMA, so each
-// product is rounded before its sum as in the baseline clone).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-void multiply_rows(RowMajor a, RowMajor b, std::int64_t rows, std::int64_t k, std::int64_t n,
-                   float* acc) {
+// or the instruction set (below: AVX2 without FMA rounds each product before its
+// sum, as the baseline does).
+[[gnu::always_inline]] inline void multiply_rows_body(RowMajor a, RowMajor b, std::int64_t rows,
+                                                      std::int64_t k, std::int64_t n, float* acc) {
   std::fill(acc, acc + rows * n, 0.0f);
   for (std::int64_t j0 = 0; j0 < n; j0 += kColChunk) {
     const std::int64_t width = std::min(kColChunk, n - j0);
@@ -118,6 +115,25 @@ void multiply_rows(RowMajor a, RowMajor b, std::int64_t rows, std::int64_t k, st
       }
     }
   }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// The same body compiled for AVX2 (8 float lanes), chosen at run time: no ifunc
+// (target_clones), whose resolver runs during relocation, before a sanitizer's
+// runtime is up.
+__attribute__((target("avx2"))) void multiply_rows_avx2(RowMajor a, RowMajor b, std::int64_t rows,
+                                                        std::int64_t k, std::int64_t n,
+                                                        float* acc) {
+  multiply_rows_body(a, b, rows, k, n, acc);
+}
+#endif
+
+void multiply_rows(RowMajor a, RowMajor b, std::int64_t rows, std::int64_t k, std::int64_t n,
+                   float* acc) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (__builtin_cpu_supports("avx2")) return multiply_rows_avx2(a, b, rows, k, n, acc);
+#endif
+  multiply_rows_body(a, b, rows, k, n, acc);
 }
 
 // The CPUs this process may run on (its affinity mask), at least 1.
