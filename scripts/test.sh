@@ -11,7 +11,9 @@
 #      and the Python binding's tests
 #   6. the libFuzzer targets from their seed corpora: the C API for GE2_FUZZ_SECONDS
 #      (default 60), the tuning database's JSON Lines import for
-#      GE2_FUZZ_TUNEDB_SECONDS (default 30)
+#      GE2_FUZZ_TUNEDB_SECONDS (default 30), the GEMM record file for
+#      GE2_FUZZ_RECORD_SECONDS (default 20)
+#   7. a ThreadSanitizer build (CPU-only) running the API tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -130,4 +132,14 @@ cp tests/fuzz/corpus_gemm_record/* "$corpus"/
 (cd "$corpus" && "$ROOT/build-asan/tests/ge2_fuzz_gemm_record" -max_total_time="${GE2_FUZZ_RECORD_SECONDS:-20}" \
   -rss_limit_mb=4096 "$corpus" > fuzz.log 2>&1) || { tail -40 "$corpus/fuzz.log"; exit 1; }
 grep -E '^Done' "$corpus/fuzz.log"
+
+step "7. ThreadSanitizer (CPU-only build): the API tests"
+# Executions of one plan from several threads, shared contexts and one-shot caches,
+# the tuning database from several threads, the CPU GEMM's worker threads.
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGE2_WITH_CUDA=OFF \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_CXX_FLAGS="-fsanitize=thread" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" \
+  > build-tsan-configure.log
+cmake --build build-tsan --target ge2_api_tests
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/tests/ge2_api_tests
 echo "ge2 test.sh: all steps passed"
