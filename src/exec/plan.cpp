@@ -164,147 +164,47 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
   nlohmann::json passes_json = nlohmann::json::array();
   for (const PassRecord& record : run_pipeline(graph, options.fuse))
     if (describe) passes_json.push_back({{"pass", record.pass}, {"notes", record.notes}});
-  const std::int64_t bound = dynamic_bound(graph);
 
   auto plan = std::make_unique<Plan>(backend_ptr);
   plan->options_ = options;
-  plan->max_extent_ = bound;
-  const auto count = static_cast<std::size_t>(graph.size());
-  // The memory layout of every value: inputs as described, outputs as marked,
-  // intermediates dense.
-  std::vector<TensorType>& storage = plan->storage_;
-  std::vector<int>& slot_of = plan->slot_of_;
-  storage.resize(count);
-  slot_of.assign(count, -1);
-  for (ValueId id = 0; id < graph.size(); ++id)
-    storage[static_cast<std::size_t>(id)] = graph.node(id).type;
-  for (const auto& output : graph.outputs())
-    if (output.layout) storage[static_cast<std::size_t>(output.value)] = *output.layout;
-
-  auto new_slot = [&](void* owned_pointer, bool is_output) {
-    return plan->add_slot(owned_pointer, is_output);
-  };
-  for (ValueId id = 0; id < graph.size(); ++id) {
-    const Node& node = graph.node(id);
-    if (node.kind != OpKind::Input) continue;
-    const int slot = new_slot(nullptr, false);
-    slot_of[static_cast<std::size_t>(id)] = slot;
-    plan->io_.push_back({node.input_name, false, storage[static_cast<std::size_t>(id)], slot});
-  }
-  for (const auto& output : graph.outputs()) {
-    const int slot = new_slot(nullptr, true);
-    slot_of[static_cast<std::size_t>(output.value)] = slot;
-    plan->io_.push_back({output.name, true, storage[static_cast<std::size_t>(output.value)], slot});
-  }
-
-  // All plan-owned buffers at once must fit, not only each one: three buffers
-  // of two thirds of the memory each would pass a per-buffer check.
-  std::size_t intermediate_bytes = 0, constant_bytes = 0;
-  for (ValueId id = 0; id < graph.size(); ++id) {
-    const Node& node = graph.node(id);
-    if (!node.live || node.kind == OpKind::Input || slot_of[static_cast<std::size_t>(id)] >= 0)
-      continue;
-    std::size_t& sum = node.kind == OpKind::Constant ? constant_bytes : intermediate_bytes;
-    const auto total = checked_add_bytes(sum, storage[static_cast<std::size_t>(id)].span_bytes());
-    require(total.has_value(), GE2_ERROR_OUT_OF_MEMORY,
-            "ge2_plan_compile: the plan's buffers need more bytes than size_t holds");
-    sum = *total;
-  }
-  const auto owned_bytes = checked_add_bytes(intermediate_bytes, constant_bytes);
-  require(owned_bytes.has_value(), GE2_ERROR_OUT_OF_MEMORY,
-          "ge2_plan_compile: the plan's buffers need more bytes than size_t holds");
-  backend.check_plan_memory(*owned_bytes);
-
-  // Constants: copied into the backend's memory now, so executions bind only
-  // inputs and outputs; intermediates: sized once, for the bound.
+  plan->max_extent_ = dynamic_bound(graph);
+  plan->lay_out_io(graph);
   nlohmann::json constants_json = nlohmann::json::array();
-  for (ValueId id = 0; id < graph.size(); ++id) {
-    Node& node = graph.node(id);
-    if (!node.live || node.kind == OpKind::Input || slot_of[static_cast<std::size_t>(id)] >= 0)
-      continue;
-    const TensorType& type = storage[static_cast<std::size_t>(id)];
-    auto buffer = backend.allocate(node.kind == OpKind::Constant ? node.constant_data->size()
-                                                                 : type.span_bytes());
-    if (node.kind == OpKind::Constant) {
-      const std::size_t bytes = node.constant_data->size();
-      backend.upload(*buffer, node.constant_data->data(), bytes);
-      if (describe)
-        constants_json.push_back({{"name", node.input_name},
-                                  {"node", id},
-                                  {"type", type.shape_string()},
-                                  {"bytes", bytes}});
-      node.constant_data.reset();  // the plan keeps the backend's copy only
-    }
-    slot_of[static_cast<std::size_t>(id)] = new_slot(buffer->data(), false);
-    plan->owned_.push_back(std::move(buffer));
-  }
+  const auto owned = plan->allocate_owned(graph, describe ? &constants_json : nullptr);
   plan->graph_ = std::move(graph);
 
-  nlohmann::json steps_json = nlohmann::json::array();
-  nlohmann::json* const steps_text = describe ? &steps_json : nullptr;
-  nlohmann::json description;
-  if (describe)
-    description = {{"backend", backend.describe()},
-                   {"graph_replay", options.graph_replay},
-                   {"intermediate_bytes", intermediate_bytes},
-                   {"constant_bytes", constant_bytes},
-                   {"constants", constants_json},
-                   {"passes", passes_json}};
-  // Each live GEMM's kernel (by node id) for the layouts `types`: measured times
-  // from the tuning database where they exist, else the cost model.
-  const MeasuredTime measured = backend.measured_times();
-  auto select_gemms = [&](const std::vector<TensorType>& types) {
-    std::vector<Selection> selections(count);
-    for (ValueId id = 0; id < plan->graph_.size(); ++id) {
-      const Node& node = plan->graph_.node(id);
-      if (!node.live || !node.is_gemm_family()) continue;
-      // A GEMM read only by a gated_mul is ranked with the multiply: kernels
-      // without a gated epilogue pay its pass.
-      const ValueId reader = plan->gated_reader(id);
-      plan->selected_problems_.push_back(reader != kNoValue
-                                             ? plan->gated_problem(types, id, reader)
-                                             : gemm_problem(plan->graph_, node, types, id));
-      selections[static_cast<std::size_t>(id)] =
-          select_gemm_kernel(plan->selected_problems_.back(), backend.device(), options.policy,
-                             measured, backend.gemm_kernels());
-    }
-    return selections;
-  };
+  const std::int64_t bound = plan->max_extent_;
   if (bound > 0) {
     // Kernels per bucket, each chosen (and in tuning mode tuned) at the
     // bucket's largest extent; the steps at the bound use the last bucket's.
     for (const auto& [first, last] : extent_buckets(bound))
-      plan->buckets_.push_back({first, last, select_gemms(storage_at(storage, last))});
+      plan->buckets_.push_back({first, last, plan->select_gemms(storage_at(plan->storage_, last))});
   } else {
-    plan->fixed_ = select_gemms(storage);
+    plan->fixed_ = plan->select_gemms(plan->storage_);
   }
+  nlohmann::json description;
+  if (describe)
+    description = {{"backend", backend.describe()},
+                   {"graph_replay", options.graph_replay},
+                   {"intermediate_bytes", owned.intermediates},
+                   {"constant_bytes", owned.constants},
+                   {"constants", constants_json},
+                   {"passes", passes_json}};
   if (options.policy.allow_fp8) {
     nlohmann::json fp8 = plan->apply_fp8_policy();
     if (describe) description["fp8"] = std::move(fp8);
   }
   plan->prepare_gated_weights();
-  if (bound > 0 && describe) {
-    nlohmann::json buckets_json = nlohmann::json::array();
-    for (const ExtentBucket& bucket : plan->buckets_) {
-      nlohmann::json gemms = nlohmann::json::array();
-      for (ValueId id = 0; id < plan->graph_.size(); ++id) {
-        const Node& node = plan->graph_.node(id);
-        if (!node.live || !node.is_gemm_family()) continue;
-        const Selection& selection = bucket.selections[static_cast<std::size_t>(id)];
-        gemms.push_back({{"node", id},
-                         {"kernel", kernel_name(selection.kernel)},
-                         {"staged", selection.staged},
-                         {"why", selection.why}});
-      }
-      buckets_json.push_back({{"first", bucket.first}, {"last", bucket.last}, {"gemms", gemms}});
-    }
-    description["dynamic"] = {
-        {"max_extent", bound}, {"kept_step_lists", Plan::kMaxStepLists}, {"buckets", buckets_json}};
-  }
+  if (bound > 0 && describe)
+    description["dynamic"] = {{"max_extent", bound},
+                              {"kept_step_lists", Plan::kMaxStepLists},
+                              {"buckets", plan->buckets_text()}};
+
+  nlohmann::json steps_json = nlohmann::json::array();
+  nlohmann::json* const steps_text = describe ? &steps_json : nullptr;
   plan->full_ = bound > 0 ? plan->build_steps(bound, plan->buckets_.back().selections,
                                               TuneUse::AsContext, steps_text)
                           : plan->build_steps(0, plan->fixed_, TuneUse::AsContext, steps_text);
-
   if (describe) {
     nlohmann::json io_json = nlohmann::json::array();
     for (const auto& io : plan->io_)
@@ -317,6 +217,113 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
   plan->state_.slots = plan->slot_defaults_;
   plan->state_.device_state = backend.make_plan_state(options.graph_replay);
   return plan;
+}
+
+void Plan::lay_out_io(const Graph& graph) {
+  const auto count = static_cast<std::size_t>(graph.size());
+  // The memory layout of every value: inputs as described, outputs as marked,
+  // intermediates dense.
+  storage_.resize(count);
+  slot_of_.assign(count, -1);
+  for (ValueId id = 0; id < graph.size(); ++id)
+    storage_[static_cast<std::size_t>(id)] = graph.node(id).type;
+  for (const auto& output : graph.outputs())
+    if (output.layout) storage_[static_cast<std::size_t>(output.value)] = *output.layout;
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    const Node& node = graph.node(id);
+    if (node.kind != OpKind::Input) continue;
+    const int slot = add_slot(nullptr, false);
+    slot_of_[static_cast<std::size_t>(id)] = slot;
+    io_.push_back({node.input_name, false, storage_[static_cast<std::size_t>(id)], slot});
+  }
+  for (const auto& output : graph.outputs()) {
+    const int slot = add_slot(nullptr, true);
+    slot_of_[static_cast<std::size_t>(output.value)] = slot;
+    io_.push_back({output.name, true, storage_[static_cast<std::size_t>(output.value)], slot});
+  }
+}
+
+Plan::OwnedBytes Plan::allocate_owned(Graph& graph, nlohmann::json* constants_json) {
+  Backend& backend = *backend_;
+  auto plan_owned = [&](const Node& node, ValueId id) {
+    return node.live && node.kind != OpKind::Input && slot_of_[static_cast<std::size_t>(id)] < 0;
+  };
+  // All plan-owned buffers at once must fit, not only each one: three buffers
+  // of two thirds of the memory each would pass a per-buffer check.
+  OwnedBytes owned;
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    const Node& node = graph.node(id);
+    if (!plan_owned(node, id)) continue;
+    std::size_t& sum = node.kind == OpKind::Constant ? owned.constants : owned.intermediates;
+    const auto total = checked_add_bytes(sum, storage_[static_cast<std::size_t>(id)].span_bytes());
+    require(total.has_value(), GE2_ERROR_OUT_OF_MEMORY,
+            "ge2_plan_compile: the plan's buffers need more bytes than size_t holds");
+    sum = *total;
+  }
+  const auto owned_bytes = checked_add_bytes(owned.intermediates, owned.constants);
+  require(owned_bytes.has_value(), GE2_ERROR_OUT_OF_MEMORY,
+          "ge2_plan_compile: the plan's buffers need more bytes than size_t holds");
+  backend.check_plan_memory(*owned_bytes);
+
+  // Constants: copied into the backend's memory now, so executions bind only
+  // inputs and outputs; intermediates: sized once, for the bound.
+  for (ValueId id = 0; id < graph.size(); ++id) {
+    Node& node = graph.node(id);
+    if (!plan_owned(node, id)) continue;
+    const TensorType& type = storage_[static_cast<std::size_t>(id)];
+    auto buffer = backend.allocate(node.kind == OpKind::Constant ? node.constant_data->size()
+                                                                 : type.span_bytes());
+    if (node.kind == OpKind::Constant) {
+      const std::size_t bytes = node.constant_data->size();
+      backend.upload(*buffer, node.constant_data->data(), bytes);
+      if (constants_json)
+        constants_json->push_back({{"name", node.input_name},
+                                   {"node", id},
+                                   {"type", type.shape_string()},
+                                   {"bytes", bytes}});
+      node.constant_data.reset();  // the plan keeps the backend's copy only
+    }
+    slot_of_[static_cast<std::size_t>(id)] = add_slot(buffer->data(), false);
+    owned_.push_back(std::move(buffer));
+  }
+  return owned;
+}
+
+std::vector<Selection> Plan::select_gemms(const std::vector<TensorType>& types) {
+  Backend& backend = *backend_;
+  const MeasuredTime measured = backend.measured_times();
+  std::vector<Selection> selections(static_cast<std::size_t>(graph_.size()));
+  for (ValueId id = 0; id < graph_.size(); ++id) {
+    const Node& node = graph_.node(id);
+    if (!node.live || !node.is_gemm_family()) continue;
+    // A GEMM read only by a gated_mul is ranked with the multiply: kernels
+    // without a gated epilogue pay its pass.
+    const ValueId reader = gated_reader(id);
+    selected_problems_.push_back(reader != kNoValue ? gated_problem(types, id, reader)
+                                                    : gemm_problem(graph_, node, types, id));
+    selections[static_cast<std::size_t>(id)] =
+        select_gemm_kernel(selected_problems_.back(), backend.device(), options_.policy, measured,
+                           backend.gemm_kernels());
+  }
+  return selections;
+}
+
+nlohmann::json Plan::buckets_text() const {
+  nlohmann::json buckets = nlohmann::json::array();
+  for (const ExtentBucket& bucket : buckets_) {
+    nlohmann::json gemms = nlohmann::json::array();
+    for (ValueId id = 0; id < graph_.size(); ++id) {
+      const Node& node = graph_.node(id);
+      if (!node.live || !node.is_gemm_family()) continue;
+      const Selection& selection = bucket.selections[static_cast<std::size_t>(id)];
+      gemms.push_back({{"node", id},
+                       {"kernel", kernel_name(selection.kernel)},
+                       {"staged", selection.staged},
+                       {"why", selection.why}});
+    }
+    buckets.push_back({{"first", bucket.first}, {"last", bucket.last}, {"gemms", gemms}});
+  }
+  return buckets;
 }
 
 std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,

@@ -72,6 +72,21 @@ class Plan {
   void check_outputs_do_not_overlap(const StepList& list, const char* function) const;
   StepList& steps_at(std::int64_t extent);
   const ExtentBucket& bucket_of(std::int64_t extent) const;
+  // compile_plan's stages, in order. The layout of every value (storage_, slot_of_)
+  // and a slot per input and output.
+  void lay_out_io(const Graph& graph);
+  // Checks that the constants and intermediates fit together, then allocates them
+  // and uploads the constants (their host copies are dropped); `constants_json`,
+  // when not null, receives each constant's text.
+  struct OwnedBytes {
+    std::size_t intermediates = 0, constants = 0;
+  };
+  OwnedBytes allocate_owned(Graph& graph, nlohmann::json* constants_json);
+  // Each live GEMM's kernel (by node id) for the layouts `types`: measured times
+  // from the tuning database where they exist, else the cost model.
+  std::vector<Selection> select_gemms(const std::vector<TensorType>& types);
+  // The plan text's dynamic.buckets: each bucket's kernels.
+  nlohmann::json buckets_text() const;
   // `chosen`: the GEMM selections to build, by node id (a bucket's or the fixed plan's).
   // `steps_json`: receives each step's text when not null.
   std::unique_ptr<StepList> build_steps(std::int64_t extent, const std::vector<Selection>& chosen,
