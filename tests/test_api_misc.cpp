@@ -127,17 +127,12 @@ TEST_CASE("one-shot: ge2_gemm_bias_act matches fp64 and reuses its plan") {
     fill_random(a);
     fill_random(b);
     fill_random(bias);
-    ge2_gemm_params_t p;
-    ge2_gemm_params_init(&p);
-    p.m = m;
-    p.n = n;
-    p.k = k;
+    ge2_gemm_params_t p = gemm_params(dtype, m, n, k);
     p.batch = batch;
     p.trans_b = 1;
     p.lda = lda;
     p.stride_a = m * lda + 3;
     p.ldd = ldd;
-    p.dtype = dtype;
     p.activation = GE2_ACT_GELU_TANH;
     p.has_bias = 1;
     p.alpha = 0.75f;
@@ -158,12 +153,7 @@ TEST_CASE("one-shot: $GE2_FORCE_KERNEL applies to its plans as to ge2_plan_compi
              d = make_tensor(GE2_DTYPE_F32, {6, 4});
   fill_random(a);
   fill_random(b);
-  ge2_gemm_params_t p;
-  ge2_gemm_params_init(&p);
-  p.m = 6;
-  p.n = 4;
-  p.k = 5;
-  p.dtype = GE2_DTYPE_F32;
+  const ge2_gemm_params_t p = gemm_params(GE2_DTYPE_F32, 6, 4, 5);
   auto call = [&](ge2_context_t* context) {
     poison(d);
     return ge2_gemm_bias_act(context, &p, a.data(), b.data(), nullptr, d.data(), nullptr);

@@ -114,13 +114,8 @@ TEST_CASE("cpu: a GEMM split over row blocks and threads equals it computed one 
     fill_random(a);
     fill_random(w);
     fill_random(bias);
-    ge2_gemm_params_t p;
-    ge2_gemm_params_init(&p);
-    p.m = m;
-    p.n = n;
-    p.k = k;
+    ge2_gemm_params_t p = gemm_params(dtype, m, n, k);
     p.trans_b = 1;
-    p.dtype = dtype;
     p.has_bias = 1;
     p.activation = GE2_ACT_SILU;
     poison(d);

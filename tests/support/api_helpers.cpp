@@ -29,6 +29,16 @@ ContextPtr make_context(ge2_device_kind_t device) {
   return create_context(options);
 }
 
+ge2_gemm_params_t gemm_params(ge2_dtype_t dtype, std::int64_t m, std::int64_t n, std::int64_t k) {
+  ge2_gemm_params_t p;
+  ge2_gemm_params_init(&p);
+  p.dtype = dtype;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  return p;
+}
+
 ContextPtr make_tuning_context(ge2_device_kind_t device, ge2_tune_mode_t mode,
                                const std::string& tunedb_path) {
   ge2_context_options_t options;

@@ -33,6 +33,9 @@ ContextPtr make_context(ge2_device_kind_t device);
 ContextPtr make_tuning_context(ge2_device_kind_t device, ge2_tune_mode_t mode,
                                const std::string& tunedb_path);
 GraphPtr make_graph();
+// ge2_gemm_bias_act's parameters at their defaults (tight leading dimensions, no
+// transpose, bias or activation) for an M x N x K GEMM in `dtype`.
+ge2_gemm_params_t gemm_params(ge2_dtype_t dtype, std::int64_t m, std::int64_t n, std::int64_t k);
 
 // Where tensors live during execution: host memory, or device memory in GPU tests.
 class Memory {
