@@ -257,7 +257,9 @@ GE2_API ge2_status_t(ge2_context_options_init)(ge2_context_options_t* options);
 ** corrupt, foreign or other-version file is not an error; ge2 warns once on
 ** stderr, counts it in ge2_context_describe ("tuning.tunedb_errors") and uses
 ** cuBLASLt's heuristic. A file ge2 does not recognise as its own tuning
-** database is never written, in any mode.
+** database is never written, in any mode. A CPU-backend context reads
+** $GE2_CPU_THREADS (the most threads one GEMM uses, 1 to 1024); another value
+** is GE2_ERROR_INVALID_ARGUMENT.
 */
 GE2_API ge2_status_t ge2_context_create(int api_version, const ge2_context_options_t* options,
                                         ge2_context_t** out);

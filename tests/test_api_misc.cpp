@@ -1,5 +1,6 @@
 // Plan text, I/O enumeration, the one-shot call and concurrent execution on the CPU backend.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
@@ -180,6 +181,46 @@ TEST_CASE("one-shot: $GE2_FORCE_KERNEL applies to its plans as to ge2_plan_compi
           tolerance(GE2_DTYPE_F32));
   }
   unsetenv("GE2_FORCE_KERNEL");
+}
+
+TEST_CASE("$GE2_CPU_THREADS bounds the CPU GEMM's threads; a bad value is refused by name") {
+  for (const char* bad : {"0", "-1", "abc", "3x", " 2", "1025", "99999999999"}) {
+    setenv("GE2_CPU_THREADS", bad, 1);
+    ge2_context_options_t options;
+    ge2_context_options_init(&options);
+    options.device = GE2_DEVICE_CPU;
+    ge2_context_t* context = nullptr;
+    CHECK(ge2_context_create(GE2_API_VERSION, &options, &context) == GE2_ERROR_INVALID_ARGUMENT);
+    CHECK(context == nullptr);
+    CHECK(std::string(ge2_last_error()).find(fmt::format("$GE2_CPU_THREADS = '{}'", bad)) !=
+          std::string::npos);
+  }
+  // Past the size from which the GEMM uses threads: one thread and the default give
+  // the same bits (each element is one fp32 sum in order either way).
+  HostTensor a = make_tensor(GE2_DTYPE_F32, {96, 200}), b = make_tensor(GE2_DTYPE_F32, {200, 300});
+  fill_random(a);
+  fill_random(b);
+  const ge2_gemm_params_t p = gemm_params(GE2_DTYPE_F32, 96, 300, 200);
+  std::vector<HostTensor> results;
+  for (const char* threads : {"1", ""}) {
+    setenv("GE2_CPU_THREADS", threads, 1);
+    auto context = make_context(GE2_DEVICE_CPU);
+    const char* text = nullptr;
+    REQUIRE(ge2_context_describe(context.get(), &text) == GE2_OK);
+    const auto described = nlohmann::json::parse(text);
+    if (*threads != '\0') CHECK(described["gemm_threads"] == 1);
+    CHECK(described["gemm_threads_from"] ==
+          (*threads != '\0' ? "$GE2_CPU_THREADS" : "usable CPUs, at most 16"));
+    HostTensor d = make_tensor(GE2_DTYPE_F32, {96, 300});
+    poison(d);
+    REQUIRE(ge2_gemm_bias_act(context.get(), &p, a.data(), b.data(), nullptr, d.data(), nullptr) ==
+            GE2_OK);
+    CHECK(relative_error(d, gemm_reference(a, b, nullptr, nullptr, {})) <=
+          tolerance(GE2_DTYPE_F32));
+    results.push_back(std::move(d));
+  }
+  unsetenv("GE2_CPU_THREADS");
+  CHECK(results[0].bytes == results[1].bytes);
 }
 
 TEST_CASE("concurrency: one plan executed from several threads gives right answers") {

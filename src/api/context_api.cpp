@@ -1,7 +1,9 @@
 // Context creation: backend choice, version negotiation, description.
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "api/api_guard.hpp"
 #include "api/api_objects.hpp"
@@ -14,6 +16,23 @@ using namespace ge2;
 namespace {
 
 constexpr std::uint32_t kDefaultOneShotCacheSize = 1024;
+constexpr unsigned kMaxCpuThreads = 1024;
+
+// $GE2_CPU_THREADS: the most threads a CPU-backend GEMM uses; 0 (unset or empty)
+// for the backend's default.
+unsigned cpu_gemm_threads(const char* function) {
+  const char* text = std::getenv("GE2_CPU_THREADS");
+  if (text == nullptr || *text == '\0') return 0;
+  unsigned value = 0;
+  const char* end = text + std::strlen(text);
+  const auto [stop, error] = std::from_chars(text, end, value);
+  require(error == std::errc{} && stop == end && value >= 1 && value <= kMaxCpuThreads,
+          GE2_ERROR_INVALID_ARGUMENT,
+          "{}: $GE2_CPU_THREADS = '{}' is not a thread count from 1 to {} (unset it for the "
+          "default)",
+          function, text, kMaxCpuThreads);
+  return value;
+}
 
 // 2.0 and 2.1 callers' struct ends after tunedb_path; one_shot_cache_size came in 2.2.
 constexpr std::size_t kOptionsSize21 =
@@ -100,7 +119,7 @@ ge2_status_t ge2_context_create(int api_version, const ge2_context_options_t* op
     std::shared_ptr<Backend> backend =
         want_cuda ? make_cuda_backend(options->device_ordinal, options->tune_mode,
                                       resolve_tunedb_path(options->tunedb_path), logger)
-                  : make_cpu_backend();
+                  : make_cpu_backend(cpu_gemm_threads(f));
     const char* record = std::getenv("GE2_TUNE_RECORD");
     *out = std::make_unique<ge2_context_s>(std::move(backend), one_shot_cache_size, logger,
                                            record != nullptr ? record : "")

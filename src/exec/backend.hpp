@@ -105,7 +105,8 @@ class Backend {
                        const std::vector<bool>& io_is_output) = 0;
 };
 
-std::unique_ptr<Backend> make_cpu_backend();
+// `gemm_threads`: the most threads a GEMM uses (cpu::default_gemm_threads() when 0).
+std::unique_ptr<Backend> make_cpu_backend(unsigned gemm_threads = 0);
 // Throws GE2_ERROR_NO_DEVICE when no usable device exists.
 // `logger`: the context's diagnostics (tuning database, stale rows).
 std::unique_ptr<Backend> make_cuda_backend(int device_ordinal, ge2_tune_mode_t tune_mode,

@@ -14,12 +14,12 @@ namespace {
 
 class CpuGemmStep final : public Step {
  public:
-  CpuGemmStep(const GemmProblem& problem, const GemmSlots& slots, KernelId kernel)
-      : problem_(problem), slots_(slots), kernel_(kernel) {}
+  CpuGemmStep(const GemmProblem& problem, const GemmSlots& slots, KernelId kernel, unsigned threads)
+      : problem_(problem), slots_(slots), kernel_(kernel), threads_(threads) {}
   void run(const ExecState& s) override {
     (kernel_ == KernelId::CpuFp8Ref ? cpu::gemm_fp8 : cpu::gemm)(
         problem_, slot_pointer(s, slots_.a), slot_pointer(s, slots_.b), slot_pointer(s, slots_.c),
-        slot_pointer(s, slots_.bias), slot_pointer(s, slots_.d));
+        slot_pointer(s, slots_.bias), slot_pointer(s, slots_.d), threads_);
   }
   nlohmann::json describe() const override {
     nlohmann::json j{{"name", kernel_name(kernel_)},
@@ -33,6 +33,7 @@ class CpuGemmStep final : public Step {
   GemmProblem problem_;
   GemmSlots slots_;
   KernelId kernel_;
+  unsigned threads_;
 };
 
 class CpuElementwiseStep final : public Step {
@@ -68,10 +69,17 @@ class HostBuffer final : public Buffer {
 
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(unsigned gemm_threads)
+      : gemm_threads_(gemm_threads > 0 ? gemm_threads : cpu::default_gemm_threads()),
+        threads_from_environment_(gemm_threads > 0) {}
   ge2_device_kind_t kind() const override { return GE2_DEVICE_CPU; }
   const DeviceInfo& device() const override { return device_; }
   nlohmann::json describe() const override {
-    return {{"kind", "cpu"}, {"device", "host (reference backend)"}};
+    return {{"kind", "cpu"},
+            {"device", "host (reference backend)"},
+            {"gemm_threads", gemm_threads_},
+            {"gemm_threads_from",
+             threads_from_environment_ ? "$GE2_CPU_THREADS" : "usable CPUs, at most 16"}};
   }
 
   std::span<const KernelId> gemm_kernels() const override {
@@ -90,7 +98,7 @@ class CpuBackend final : public Backend {
       const std::string layout = fp8_layout_problem(problem);
       require(layout.empty(), GE2_ERROR_UNSUPPORTED, "{}", layout);
     }
-    return std::make_unique<CpuGemmStep>(problem, slots, kernel);
+    return std::make_unique<CpuGemmStep>(problem, slots, kernel, gemm_threads_);
   }
   std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                          const ElementwiseSlots& slots) override {
@@ -119,10 +127,14 @@ class CpuBackend final : public Backend {
 
  private:
   DeviceInfo device_{};
+  unsigned gemm_threads_;
+  bool threads_from_environment_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(unsigned gemm_threads) {
+  return std::make_unique<CpuBackend>(gemm_threads);
+}
 
 }  // namespace ge2

@@ -87,7 +87,7 @@ constexpr std::int64_t kColChunk = 512;
 // Below this many multiply-adds per batch a GEMM runs on the calling thread only:
 // starting a thread costs tens of microseconds.
 constexpr double kThreadedFrom = 4.0e6;
-constexpr unsigned kMaxThreads = 16;
+constexpr unsigned kDefaultMaxThreads = 16;
 
 // A dense-row view of op(A) or op(B) in f32: the caller's memory where it already
 // is f32 with unit column stride, else a packed copy.
@@ -192,14 +192,14 @@ RowMajor rows_of(const MatrixView& v, bool transposed, DType dtype, const void* 
 }
 
 void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c, const void* bias,
-               void* d, bool fp8) {
+               void* d, bool fp8, unsigned max_threads) {
   std::vector<float> packed_a, packed_b;
   const std::int64_t blocks = (p.m + kRowBlock - 1) / kRowBlock;
   const double work = static_cast<double>(p.m) * static_cast<double>(p.n) * p.k;
-  const unsigned threads = work < kThreadedFrom
-                               ? 1u
-                               : static_cast<unsigned>(std::min<std::int64_t>(
-                                     blocks, std::min(usable_cpus(), kMaxThreads)));
+  const unsigned threads =
+      work < kThreadedFrom
+          ? 1u
+          : static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, max_threads));
   for (std::int64_t batch = 0; batch < p.batch; ++batch) {
     // FP8 rounds the operands in place: always a copy.
     const RowMajor a_rows = rows_of(p.a, p.trans_a, p.dtype, a, batch, fp8, packed_a);
@@ -236,17 +236,19 @@ void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c
 
 }  // namespace
 
+unsigned default_gemm_threads() { return std::min(usable_cpus(), kDefaultMaxThreads); }
+
 void gemm(const GemmProblem& p, const void* a, const void* b, const void* c, const void* bias,
-          void* d) {
-  gemm_impl(p, a, b, c, bias, d, false);
+          void* d, unsigned threads) {
+  gemm_impl(p, a, b, c, bias, d, false, threads);
 }
 
 void gemm_fp8(const GemmProblem& p, const void* a, const void* b, const void* c, const void* bias,
-              void* d) {
+              void* d, unsigned threads) {
   // One scale per tensor: a batch that folds into M is one tensor, as on the device.
   const GemmProblem folded = fold_batch_into_m(p);
   require(folded.batch == 1, GE2_ERROR_UNSUPPORTED, "cpu_fp8_ref: {}", fp8_layout_problem(p));
-  gemm_impl(folded, a, b, c, bias, d, true);
+  gemm_impl(folded, a, b, c, bias, d, true, threads);
 }
 
 void elementwise(const ElementwiseProblem& p, const void* x, const void* bias, const void* y,

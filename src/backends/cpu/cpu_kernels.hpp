@@ -6,15 +6,21 @@
 
 namespace ge2::cpu {
 
+// The most threads a GEMM uses unless $GE2_CPU_THREADS says otherwise: the CPUs
+// this process may run on (its affinity mask), at most 16.
+unsigned default_gemm_threads();
+
+// `threads`: the most threads (>= 1) the GEMM may use, the caller's among them;
+// small GEMMs use one. Results are the same bits for any count.
 void gemm(const GemmProblem& problem, const void* a, const void* b, const void* c, const void* bias,
-          void* d);
+          void* d, unsigned threads);
 
 // cpu_fp8_ref: op(A) and op(B) each rounded to FP8 e4m3 through one per-tensor
 // scale (amax / 448), then the same loop in f32 with the scales multiplied back:
 // what lt_fp8_e4m3 computes, up to the order of its fp32 sums. One batch, after
 // folding it into M.
 void gemm_fp8(const GemmProblem& problem, const void* a, const void* b, const void* c,
-              const void* bias, void* d);
+              const void* bias, void* d, unsigned threads);
 
 void elementwise(const ElementwiseProblem& problem, const void* x, const void* bias, const void* y,
                  void* out);
