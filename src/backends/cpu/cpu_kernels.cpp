@@ -182,7 +182,9 @@ void run_blocks(std::int64_t blocks, unsigned threads, const Body& body) {
 }
 
 // op(v) of one batch as dense f32 rows: in place when it already is (no copy, no
-// allocation: the common f32 case), else packed into `buffer`.
+// allocation: the common f32 case), else packed into `buffer`. Read in place while
+// other rows' results are written: sound because an output never overlaps an
+// input (plan bindings and one-shot calls refuse it).
 RowMajor rows_of(const MatrixView& v, bool transposed, DType dtype, const void* base,
                  std::int64_t batch_index, bool must_copy, std::vector<float>& buffer) {
   if (!must_copy && dtype == DType::F32 && !transposed && v.col_stride == 1)
@@ -199,7 +201,7 @@ void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c
   const unsigned threads =
       work < kThreadedFrom
           ? 1u
-          : static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, max_threads));
+          : static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, std::max(1u, max_threads)));
   for (std::int64_t batch = 0; batch < p.batch; ++batch) {
     // FP8 rounds the operands in place: always a copy.
     const RowMajor a_rows = rows_of(p.a, p.trans_a, p.dtype, a, batch, fp8, packed_a);
