@@ -141,3 +141,35 @@ TEST_CASE("cpu: a GEMM split over row blocks and threads equals it computed one 
     CHECK(differing_rows == 0);
   }
 }
+
+TEST_CASE("cpu: a few rows against an [N, K] weight read in place equal the [K, N] copy's GEMM") {
+  // Up to 16 rows the CPU GEMM reads nn.Linear's [N, K] weight where it is stored
+  // (threads over blocks of columns from 4 M multiply-adds); with the weight
+  // transposed into [K, N] it takes the row-block path. Same sums, same bits.
+  auto context = make_context(GE2_DEVICE_CPU);
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F32, GE2_DTYPE_BF16})
+    for (std::int64_t m : {1, 8, 16, 17}) {
+      const std::int64_t n = 1000, k = 600;
+      HostTensor a = make_tensor(dtype, {m, k}), w = make_tensor(dtype, {n, k});
+      HostTensor w_kn = make_tensor(dtype, {k, n});
+      fill_random(a);
+      fill_random(w);
+      for (std::int64_t j = 0; j < n; ++j)
+        for (std::int64_t kk = 0; kk < k; ++kk)
+          w_kn.set(w_kn.offset(0, kk, j), w.get(w.offset(0, j, kk)));
+      HostTensor d = make_tensor(dtype, {m, n}), d_kn = make_tensor(dtype, {m, n});
+      poison(d);
+      poison(d_kn);
+      ge2_gemm_params_t p = gemm_params(dtype, m, n, k);
+      p.activation = GE2_ACT_GELU_ERF;
+      REQUIRE(ge2_gemm_bias_act(context.get(), &p, a.data(), w_kn.data(), nullptr, d_kn.data(),
+                                nullptr) == GE2_OK);
+      p.trans_b = 1;
+      REQUIRE(ge2_gemm_bias_act(context.get(), &p, a.data(), w.data(), nullptr, d.data(),
+                                nullptr) == GE2_OK);
+      CHECK(relative_error(d, gemm_reference(a, w, nullptr, nullptr,
+                                             {false, true, 1.0, 0.0, GE2_ACT_GELU_ERF})) <=
+            tolerance(dtype));
+      CHECK_MESSAGE(d.bytes == d_kn.bytes, "m = " << m << ", dtype " << dtype);
+    }
+}

@@ -136,6 +136,34 @@ void multiply_rows(RowMajor a, RowMajor b, std::int64_t rows, std::int64_t k, st
   multiply_rows_body(a, b, rows, k, n, acc);
 }
 
+// Up to this many rows of A, a B stored [N, K] (nn.Linear's weight) is read in
+// place, each output a dot product of two rows contiguous in k: converting and
+// transposing all of B would cost more than the rows' arithmetic.
+constexpr std::int64_t kInPlaceNkRows = 16;
+// Output columns per block of that path: 8 rows of B in cache while A's rows pass.
+constexpr std::int64_t kNkColumns = 8;
+
+// acc[r, j0 .. j0 + width) for every row r of A, with op(B)[k, j] read where B
+// stores it (element (j, k) at b_index(j, k)): each element the same fp32 sum,
+// over k in order from 0, as multiply_rows computes.
+template <float (*LoadB)(const void*, std::int64_t)>
+[[gnu::always_inline]] inline void multiply_nk_body(RowMajor a, const void* b,
+                                                    std::int64_t b_origin, std::int64_t b_per_j,
+                                                    std::int64_t b_per_k, std::int64_t rows,
+                                                    std::int64_t k, std::int64_t n, std::int64_t j0,
+                                                    std::int64_t width, float* acc) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float sums[kNkColumns] = {};
+    const float* a_row = a.data + r * a.row_stride;
+    for (std::int64_t kk = 0; kk < k; ++kk) {
+      const float a_rk = a_row[kk];
+      for (std::int64_t jj = 0; jj < width; ++jj)
+        sums[jj] += a_rk * LoadB(b, b_origin + (j0 + jj) * b_per_j + kk * b_per_k);
+    }
+    for (std::int64_t jj = 0; jj < width; ++jj) acc[r * n + j0 + jj] = sums[jj];
+  }
+}
+
 // The CPUs this process may run on (its affinity mask), at least 1.
 unsigned usable_cpus() {
 #ifdef __linux__
@@ -193,11 +221,48 @@ RowMajor rows_of(const MatrixView& v, bool transposed, DType dtype, const void* 
   return {buffer.data(), transposed ? v.rows : v.cols};
 }
 
+template <float (*LoadB)(const void*, std::int64_t)>
+void multiply_nk_columns(RowMajor a, const void* b, std::int64_t b_origin, std::int64_t b_per_j,
+                         std::int64_t b_per_k, std::int64_t rows, std::int64_t k, std::int64_t n,
+                         std::int64_t j0, std::int64_t width, float* acc) {
+  multiply_nk_body<LoadB>(a, b, b_origin, b_per_j, b_per_k, rows, k, n, j0, width, acc);
+}
+
+// acc = op(A) op(B) for a few rows of A and op(B) transposed in memory, on up to
+// `threads` threads over blocks of columns.
+void multiply_rows_nk(RowMajor a, const GemmProblem& p, const void* b, std::int64_t batch,
+                      unsigned threads, float* acc) {
+  const std::int64_t b_origin = batch * p.b.batch_stride;
+  // op(B)[k, j] = B[j, k]: j steps over B's rows, k over its columns.
+  const std::int64_t b_per_j = p.b.row_stride, b_per_k = p.b.col_stride;
+  const auto columns = [&](auto kernel) {
+    run_blocks((p.n + kNkColumns - 1) / kNkColumns, threads, [&](auto claim) {
+      for (std::int64_t block = claim(); block >= 0; block = claim()) {
+        const std::int64_t j0 = block * kNkColumns;
+        kernel(a, b, b_origin, b_per_j, b_per_k, p.m, p.k, p.n, j0, std::min(kNkColumns, p.n - j0),
+               acc);
+      }
+    });
+  };
+  switch (p.dtype) {
+    case DType::F16:
+      return columns(multiply_nk_columns<detail::load_f16>);
+    case DType::BF16:
+      return columns(multiply_nk_columns<detail::load_bf16>);
+    case DType::F32:
+      return columns(multiply_nk_columns<detail::load_f32>);
+  }
+  fail(GE2_ERROR_INTERNAL, "cpu gemm: dtype {} has no loader", static_cast<int>(p.dtype));
+}
+
 void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c, const void* bias,
                void* d, bool fp8, unsigned max_threads) {
   std::vector<float> packed_a, packed_b;
-  const std::int64_t blocks = (p.m + kRowBlock - 1) / kRowBlock;
   const double work = static_cast<double>(p.m) * static_cast<double>(p.n) * p.k;
+  const bool b_in_place_nk = !fp8 && p.trans_b && p.m <= kInPlaceNkRows;
+  // Blocks of rows, or of columns where B is read in place.
+  const std::int64_t blocks =
+      b_in_place_nk ? (p.n + kNkColumns - 1) / kNkColumns : (p.m + kRowBlock - 1) / kRowBlock;
   const unsigned threads =
       work < kThreadedFrom
           ? 1u
@@ -205,7 +270,8 @@ void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c
   for (std::int64_t batch = 0; batch < p.batch; ++batch) {
     // FP8 rounds the operands in place: always a copy.
     const RowMajor a_rows = rows_of(p.a, p.trans_a, p.dtype, a, batch, fp8, packed_a);
-    const RowMajor b_rows = rows_of(p.b, p.trans_b, p.dtype, b, batch, fp8, packed_b);
+    const RowMajor b_rows =
+        b_in_place_nk ? RowMajor{} : rows_of(p.b, p.trans_b, p.dtype, b, batch, fp8, packed_b);
     const float scale = fp8 ? round_to_e4m3(packed_a) * round_to_e4m3(packed_b) : 1.0f;
     auto finish_row = [&](std::int64_t i, float* row) {
       for (std::int64_t j = 0; j < p.n; ++j) {
@@ -223,6 +289,12 @@ void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c
       }
       if (p.gated) store_gated_row(*p.gated, row, batch, i, p.dtype, d);
     };
+    if (b_in_place_nk) {
+      std::vector<float> acc(static_cast<std::size_t>(p.m * p.n));
+      multiply_rows_nk(a_rows, p, b, batch, threads, acc.data());
+      for (std::int64_t i = 0; i < p.m; ++i) finish_row(i, acc.data() + i * p.n);
+      continue;
+    }
     run_blocks(blocks, threads, [&](auto claim) {
       std::vector<float> acc(static_cast<std::size_t>(kRowBlock * p.n));
       for (std::int64_t block = claim(); block >= 0; block = claim()) {
