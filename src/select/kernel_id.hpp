@@ -192,8 +192,8 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      false,
      1},
     // The e4m3 tensor-core GEMM (sm_89 and later) on operands ge2 quantizes with
-    // per-tensor scales: about 1240 TFLOP/s for torch._scaled_mm at 8192^3 on the
-    // H200 (DEVICE-NOTES.md); three launches (amax, quantize, matmul) at least.
+    // per-tensor scales: about 1300 TFLOP/s for torch._scaled_mm at 8192^3 on the
+    // H200 (docs/fp8.md, run 13h); three launches (amax, quantize, matmul) at least.
     {KernelId::LtFp8E4M3,
      "lt_fp8_e4m3",
      KernelFamily::CublasltFp8,
@@ -209,8 +209,9 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
     // the device rates e4m3 against 16 bits, so allow_fp8 takes it on the CPU
     // backend too and the policy, its gate and its fallbacks run without a GPU.
     // The same with cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM:
-    // no periodic promotion of the tensor cores' partial sums to fp32): about 3%
-    // faster for torch._scaled_mm at 8192^3 (DEVICE-NOTES.md). Rated faster, so the
+    // no periodic promotion of the tensor cores' partial sums to fp32): FP8 blocks
+    // 1.49-1.61x the 16-bit plan with it, 1.41-1.55x without (docs/fp8.md, runs
+    // 13e/13f). Rated faster, so the
     // accuracy gate judges it first and takes lt_fp8_e4m3 where it fails.
     {KernelId::LtFp8E4M3Fast,
      "lt_fp8_e4m3_fast",

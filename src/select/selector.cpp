@@ -25,7 +25,8 @@ DeviceInfo synthetic_h200() {
 namespace {
 
 // Unaligned leading dimensions push cuBLASLt's 16-bit paths onto old kernels:
-// about 150 against 766 TFLOP/s at 4095x4097x4093 on the H200 (DEVICE-NOTES.md).
+// 3.4-3.6x the staged aligned kernel's time at 4095x4097x4093 on the H200
+// (docs/benchmarks.md, run 5).
 constexpr double kUnalignedTensorCorePenalty = 0.2;
 
 // Staging must never make a layer slower, and the model is least accurate on
