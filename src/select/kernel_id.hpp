@@ -211,8 +211,8 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
     // The same with cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM:
     // no periodic promotion of the tensor cores' partial sums to fp32): FP8 blocks
     // 1.49-1.61x the 16-bit plan with it, 1.41-1.55x without (docs/fp8.md, runs
-    // 13e/13f). Rated faster, so the
-    // accuracy gate judges it first and takes lt_fp8_e4m3 where it fails.
+    // 13e/13f). Rated faster, so the accuracy gate judges it first and takes
+    // lt_fp8_e4m3 where it fails.
     {KernelId::LtFp8E4M3Fast,
      "lt_fp8_e4m3_fast",
      KernelFamily::CublasltFp8,
