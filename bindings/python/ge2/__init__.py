@@ -58,14 +58,6 @@ def _dtype(dtype, function: str) -> int:
     return _checks.choice(dtype, _DTYPE_NAMES, "dtype", function)
 
 
-def _value(value, argument: str, function: str, graph_token) -> int:
-    # A Value knows its graph: ids are indices, so another graph's value would name
-    # whatever that graph has under the same index.
-    if isinstance(value, Value) and value._graph not in (None, graph_token):
-        raise invalid(function, f"argument '{argument}' = {int(value)} is a value of another ge2.Graph")
-    return _checks.integer(value, argument, function, _checks.INT32_MIN, _checks.INT32_MAX)
-
-
 def _desc(dtype: int, shape, strides, function: str) -> _capi.TensorDesc:
     try:
         shape = tuple(shape)
@@ -181,6 +173,13 @@ class Graph:
         value._graph = self._token
         return value
 
+    def _operand(self, value, argument: str, function: str) -> int:
+        # A Value knows its graph: ids are indices, so another graph's value would name
+        # whatever this graph has under the same index.
+        if isinstance(value, Value) and value._graph not in (None, self._token):
+            raise invalid(function, f"argument '{argument}' = {int(value)} is a value of another ge2.Graph")
+        return _checks.integer(value, argument, function, _checks.INT32_MIN, _checks.INT32_MAX)
+
     def __del__(self):
         if getattr(self, "_handle", None) is not None:
             _lib.ge2_graph_destroy(self._handle)
@@ -230,8 +229,8 @@ class Graph:
         f = "ge2.Graph.gemm"
         out = ctypes.c_int32()
         attrs = self._attrs(trans_a, trans_b, alpha, beta, f)
-        _check(_lib.ge2_graph_add_gemm(self._handle, _value(a, "a", f, self._token), _value(b, "b", f, self._token),
-                                       _capi.NO_VALUE if c is None else _value(c, "c", f, self._token),
+        _check(_lib.ge2_graph_add_gemm(self._handle, self._operand(a, "a", f), self._operand(b, "b", f),
+                                       _capi.NO_VALUE if c is None else self._operand(c, "c", f),
                                        ctypes.byref(attrs), ctypes.byref(out)))
         return self._new_value(out.value)
 
@@ -239,7 +238,7 @@ class Graph:
         """x + bias, with bias of shape [N] added to every row (fused into the GEMM before it)."""
         f = "ge2.Graph.bias"
         out = ctypes.c_int32()
-        _check(_lib.ge2_graph_add_bias(self._handle, _value(x, "x", f, self._token), _value(bias, "bias", f, self._token), ctypes.byref(out)))
+        _check(_lib.ge2_graph_add_bias(self._handle, self._operand(x, "x", f), self._operand(bias, "bias", f), ctypes.byref(out)))
         return self._new_value(out.value)
 
     def activation(self, x, act) -> Value:
@@ -247,13 +246,13 @@ class Graph:
         it, or into the multiply after it (silu(gate) * up)."""
         f = "ge2.Graph.activation"
         out = ctypes.c_int32()
-        _check(_lib.ge2_graph_add_activation(self._handle, _value(x, "x", f, self._token), _activation(act, f),
+        _check(_lib.ge2_graph_add_activation(self._handle, self._operand(x, "x", f), _activation(act, f),
                                              ctypes.byref(out)))
         return self._new_value(out.value)
 
     def _elementwise(self, op: int, a, b, function: str) -> Value:
         out = ctypes.c_int32()
-        _check(_lib.ge2_graph_add_elementwise(self._handle, op, _value(a, "a", function, self._token), _value(b, "b", function, self._token),
+        _check(_lib.ge2_graph_add_elementwise(self._handle, op, self._operand(a, "a", function), self._operand(b, "b", function),
                                               ctypes.byref(out)))
         return self._new_value(out.value)
 
@@ -271,15 +270,15 @@ class Graph:
         f = "ge2.Graph.gemm_bias_act"
         out = ctypes.c_int32()
         attrs = self._attrs(trans_a, trans_b, alpha, 0.0, f)
-        _check(_lib.ge2_graph_add_gemm_bias_act(self._handle, _value(a, "a", f, self._token), _value(b, "b", f, self._token),
-                                                _capi.NO_VALUE if bias is None else _value(bias, "bias", f, self._token),
+        _check(_lib.ge2_graph_add_gemm_bias_act(self._handle, self._operand(a, "a", f), self._operand(b, "b", f),
+                                                _capi.NO_VALUE if bias is None else self._operand(bias, "bias", f),
                                                 ctypes.byref(attrs), _activation(act, f), ctypes.byref(out)))
         return self._new_value(out.value)
 
     def output(self, value, name: str) -> None:
         """Marks `value` as an output bound by `name` at execution (dense row-major)."""
         f = "ge2.Graph.output"
-        _check(_lib.ge2_graph_mark_output(self._handle, _value(value, "value", f, self._token), _checks.name(name, "name", f),
+        _check(_lib.ge2_graph_mark_output(self._handle, self._operand(value, "value", f), _checks.name(name, "name", f),
                                           None))
 
     def compile(self, context: Context, fuse=True, allow_tf32=False, force_kernel: str | None = None,
