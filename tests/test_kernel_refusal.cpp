@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "exec/backend.hpp"
 #include "exec/plan.hpp"
+#include "support/ir_builders.hpp"
 
 using namespace ge2;
 
@@ -70,19 +71,13 @@ class RefusingBackend final : public Backend {
 // d = a b with a [64, 32] (its rows dynamic when `dynamic`) and b [32, 16].
 Graph gemm_graph(bool dynamic = false, DType dtype = DType::F16) {
   Graph g;
-  Node a, b, d;
-  a.kind = b.kind = OpKind::Input;
-  a.input_name = "a";
-  b.input_name = "b";
-  a.type = TensorType::dense(dtype, 2, {64, 32, 0});
-  a.type.dynamic = dynamic;
-  b.type = TensorType::dense(dtype, 2, {32, 16, 0});
-  const ValueId va = g.add(a), vb = g.add(b);
+  TensorType a_type = TensorType::dense(dtype, 2, {64, 32, 0});
+  a_type.dynamic = dynamic;
+  Node d;
   d.kind = OpKind::Gemm;
-  d.a = va;
-  d.b = vb;
-  d.type = infer_node_type(g, d, "test");
-  g.add_output({g.add(d), "d", std::nullopt});
+  d.a = test::add_input(g, "a", a_type);
+  d.b = test::add_input(g, "b", TensorType::dense(dtype, 2, {32, 16, 0}));
+  g.add_output({test::add_node(g, d), "d", std::nullopt});
   return g;
 }
 

@@ -3,29 +3,20 @@
 
 #include "core/error.hpp"
 #include "passes/pass.hpp"
+#include "support/ir_builders.hpp"
 
 using namespace ge2;
+using ge2::test::add_input;
 
 namespace {
 
 ValueId input(Graph& g, const char* name, std::int64_t rows, std::int64_t cols) {
-  Node n;
-  n.kind = OpKind::Input;
-  n.input_name = name;
-  n.type = TensorType::dense(DType::F16, 2, {rows, cols, 0});
-  return g.add(n);
+  return add_input(g, name, TensorType::dense(DType::F16, 2, {rows, cols, 0}));
 }
-ValueId bias_input(Graph& g, const char* name, std::int64_t n_) {
-  Node n;
-  n.kind = OpKind::Input;
-  n.input_name = name;
-  n.type = TensorType::dense(DType::F16, 1, {n_, 0, 0});
-  return g.add(n);
+ValueId bias_input(Graph& g, const char* name, std::int64_t n) {
+  return add_input(g, name, TensorType::dense(DType::F16, 1, {n, 0, 0}));
 }
-ValueId op(Graph& g, Node n) {
-  n.type = infer_node_type(g, n, "test");
-  return g.add(n);
-}
+ValueId op(Graph& g, Node n) { return ge2::test::add_node(g, std::move(n)); }
 Node gemm(ValueId a, ValueId b) {
   Node n;
   n.kind = OpKind::Gemm;

@@ -17,6 +17,7 @@
 #include "exec/backend.hpp"
 #include "exec/plan.hpp"
 #include "ir/kernel_problems.hpp"
+#include "support/ir_builders.hpp"
 
 using namespace ge2;
 
@@ -25,31 +26,17 @@ namespace {
 // y = gelu(x w + bias) + r: a GEMM with a fused epilogue and an elementwise add.
 Graph block_graph() {
   Graph g;
-  auto input = [&](const char* name, TensorType type) {
-    Node node;
-    node.kind = OpKind::Input;
-    node.input_name = name;
-    node.type = type;
-    return g.add(node);
-  };
-  const ValueId x = input("x", TensorType::dense(DType::F32, 2, {5, 7, 0}));
-  const ValueId w = input("w", TensorType::dense(DType::F32, 2, {7, 3, 0}));
-  const ValueId bias = input("bias", TensorType::dense(DType::F32, 1, {3, 0, 0}));
-  const ValueId r = input("r", TensorType::dense(DType::F32, 2, {5, 3, 0}));
   Node gemm;
   gemm.kind = OpKind::GemmBiasAct;
-  gemm.a = x;
-  gemm.b = w;
-  gemm.bias = bias;
+  gemm.a = test::add_input(g, "x", TensorType::dense(DType::F32, 2, {5, 7, 0}));
+  gemm.b = test::add_input(g, "w", TensorType::dense(DType::F32, 2, {7, 3, 0}));
+  gemm.bias = test::add_input(g, "bias", TensorType::dense(DType::F32, 1, {3, 0, 0}));
   gemm.act = Activation::GeluErf;
-  gemm.type = infer_node_type(g, gemm, "test");
-  const ValueId h = g.add(gemm);
   Node add;
   add.kind = OpKind::Add;
-  add.x = h;
-  add.y = r;
-  add.type = infer_node_type(g, add, "test");
-  g.add_output({g.add(add), "y", std::nullopt});
+  add.y = test::add_input(g, "r", TensorType::dense(DType::F32, 2, {5, 3, 0}));
+  add.x = test::add_node(g, gemm);
+  g.add_output({test::add_node(g, add), "y", std::nullopt});
   return g;
 }
 
