@@ -174,13 +174,15 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
   plan->graph_ = std::move(graph);
 
   const std::int64_t bound = plan->max_extent_;
+  const MeasuredTime measured = backend.measured_times();
   if (bound > 0) {
     // Kernels per bucket, each chosen (and in tuning mode tuned) at the
     // bucket's largest extent; the steps at the bound use the last bucket's.
     for (const auto& [first, last] : extent_buckets(bound))
-      plan->buckets_.push_back({first, last, plan->select_gemms(storage_at(plan->storage_, last))});
+      plan->buckets_.push_back(
+          {first, last, plan->select_gemms(storage_at(plan->storage_, last), measured)});
   } else {
-    plan->fixed_ = plan->select_gemms(plan->storage_);
+    plan->fixed_ = plan->select_gemms(plan->storage_, measured);
   }
   nlohmann::json description;
   if (describe)
@@ -289,9 +291,9 @@ Plan::OwnedBytes Plan::allocate_owned(Graph& graph, nlohmann::json* constants_js
   return owned;
 }
 
-std::vector<Selection> Plan::select_gemms(const std::vector<TensorType>& types) {
+std::vector<Selection> Plan::select_gemms(const std::vector<TensorType>& types,
+                                          const MeasuredTime& measured) {
   Backend& backend = *backend_;
-  const MeasuredTime measured = backend.measured_times();
   std::vector<Selection> selections(static_cast<std::size_t>(graph_.size()));
   for (ValueId id = 0; id < graph_.size(); ++id) {
     const Node& node = graph_.node(id);

@@ -82,9 +82,10 @@ class Plan {
     std::size_t intermediates = 0, constants = 0;
   };
   OwnedBytes allocate_owned(Graph& graph, nlohmann::json* constants_json);
-  // Each live GEMM's kernel (by node id) for the layouts `types`: measured times
-  // from the tuning database where they exist, else the cost model.
-  std::vector<Selection> select_gemms(const std::vector<TensorType>& types);
+  // Each live GEMM's kernel (by node id) for the layouts `types`: `measured` times
+  // (the backend's, from its tuning database) where they exist, else the cost model.
+  std::vector<Selection> select_gemms(const std::vector<TensorType>& types,
+                                      const MeasuredTime& measured);
   // The plan text's dynamic.buckets: each bucket's kernels.
   nlohmann::json buckets_text() const;
   // `chosen`: the GEMM selections to build, by node id (a bucket's or the fixed plan's).
