@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "support/api_helpers.hpp"
+#include "support/scoped_env.hpp"
 
 using namespace ge2::test;
 
@@ -160,32 +161,32 @@ TEST_CASE("one-shot: $GE2_FORCE_KERNEL applies to its plans as to ge2_plan_compi
     return ge2_gemm_bias_act(context, &p, a.data(), b.data(), nullptr, d.data(), nullptr);
   };
   // Read when a one-shot plan is compiled: each context below starts with an empty cache.
-  setenv("GE2_FORCE_KERNEL", "lt_f32", 1);
+  ScopedEnv forced("GE2_FORCE_KERNEL", "lt_f32");
   {
     auto context = make_context(GE2_DEVICE_CPU);
     CHECK(call(context.get()) == GE2_ERROR_UNSUPPORTED);
     CHECK(std::string(ge2_last_error()).find("kernel 'lt_f32' was forced") != std::string::npos);
   }
-  setenv("GE2_FORCE_KERNEL", "no_such_kernel", 1);
+  forced.set("no_such_kernel");
   {
     auto context = make_context(GE2_DEVICE_CPU);
     CHECK(call(context.get()) == GE2_ERROR_INVALID_ARGUMENT);
     CHECK(std::string(ge2_last_error()).find("'$GE2_FORCE_KERNEL' = 'no_such_kernel'") !=
           std::string::npos);
   }
-  setenv("GE2_FORCE_KERNEL", "cpu_ref", 1);
+  forced.set("cpu_ref");
   {
     auto context = make_context(GE2_DEVICE_CPU);
     REQUIRE_MESSAGE(call(context.get()) == GE2_OK, std::string(ge2_last_error()));
     CHECK(relative_error(d, gemm_reference(a, b, nullptr, nullptr, {})) <=
           tolerance(GE2_DTYPE_F32));
   }
-  unsetenv("GE2_FORCE_KERNEL");
 }
 
 TEST_CASE("$GE2_CPU_THREADS bounds the CPU GEMM's threads; a bad value is refused by name") {
+  ScopedEnv threads_variable("GE2_CPU_THREADS", nullptr);
   for (const char* bad : {"0", "-1", "abc", "3x", " 2", "1025", "99999999999"}) {
-    setenv("GE2_CPU_THREADS", bad, 1);
+    threads_variable.set(bad);
     ge2_context_options_t options;
     ge2_context_options_init(&options);
     options.device = GE2_DEVICE_CPU;
@@ -203,7 +204,7 @@ TEST_CASE("$GE2_CPU_THREADS bounds the CPU GEMM's threads; a bad value is refuse
   const ge2_gemm_params_t p = gemm_params(GE2_DTYPE_F32, 96, 300, 200);
   std::vector<HostTensor> results;
   for (const char* threads : {"1", ""}) {
-    setenv("GE2_CPU_THREADS", threads, 1);
+    threads_variable.set(threads);
     auto context = make_context(GE2_DEVICE_CPU);
     const char* text = nullptr;
     REQUIRE(ge2_context_describe(context.get(), &text) == GE2_OK);
@@ -219,7 +220,6 @@ TEST_CASE("$GE2_CPU_THREADS bounds the CPU GEMM's threads; a bad value is refuse
           tolerance(GE2_DTYPE_F32));
     results.push_back(std::move(d));
   }
-  unsetenv("GE2_CPU_THREADS");
   CHECK(results[0].bytes == results[1].bytes);
 }
 
@@ -280,7 +280,7 @@ TEST_CASE(
   const std::string path = dir + "/gemms.jsonl";
   std::vector<std::string> warnings;
   auto make_recording_context = [&](const std::string& file) {
-    setenv("GE2_TUNE_RECORD", file.c_str(), 1);  // read once, at creation
+    const ScopedEnv record("GE2_TUNE_RECORD", file.c_str());  // read once, at creation
     ge2_context_options_t options;
     REQUIRE(ge2_context_options_init(&options) == GE2_OK);
     options.device = GE2_DEVICE_CPU;
@@ -290,7 +290,6 @@ TEST_CASE(
     };
     ge2_context_t* raw = nullptr;
     REQUIRE(ge2_context_create(GE2_API_VERSION, &options, &raw) == GE2_OK);
-    unsetenv("GE2_TUNE_RECORD");
     return ContextPtr(raw);
   };
   auto lines_of = [](const std::string& file) {

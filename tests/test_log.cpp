@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/log.hpp"
+#include "support/scoped_env.hpp"
 
 namespace {
 
@@ -45,16 +46,15 @@ TEST_CASE("log: GE2_LOG_LEVEL keeps messages at or above the level, warning by d
     log(ge2::LogLevel::Warning, "a warning {}", 2);
     log(ge2::LogLevel::Info, "some info {}", 3);
   };
-  unsetenv("GE2_LOG_LEVEL");
+  ge2::test::ScopedEnv level("GE2_LOG_LEVEL", nullptr);
   CHECK(captured_stderr(both) == "ge2: error: an error 1\nge2: warning: a warning 2\n");
-  setenv("GE2_LOG_LEVEL", "off", 1);
+  level.set("off");
   CHECK(captured_stderr(both).empty());
-  setenv("GE2_LOG_LEVEL", "error", 1);
+  level.set("error");
   CHECK(captured_stderr(both) == "ge2: error: an error 1\n");
-  setenv("GE2_LOG_LEVEL", "info", 1);
+  level.set("info");
   CHECK(captured_stderr(both) ==
         "ge2: error: an error 1\nge2: warning: a warning 2\nge2: info: some info 3\n");
-  unsetenv("GE2_LOG_LEVEL");
 }
 
 TEST_CASE("log: a callback receives the messages up to its level, with their C levels") {
@@ -69,7 +69,7 @@ TEST_CASE("log: a callback receives the messages up to its level, with their C l
     log(ge2::LogLevel::Warning, "a warning {}", 2);
     log(ge2::LogLevel::Info, "some info {}", 3);
   };
-  setenv("GE2_LOG_LEVEL", "info", 1);
+  const ge2::test::ScopedEnv level("GE2_LOG_LEVEL", "info");
   // An explicit level wins over the variable; nothing reaches stderr.
   CHECK(captured_stderr([&] { emit(ge2::Logger(collect, &received, GE2_LOG_WARNING)); }).empty());
   REQUIRE(received.messages.size() == 2);
@@ -82,5 +82,4 @@ TEST_CASE("log: a callback receives the messages up to its level, with their C l
   received.messages.clear();
   emit(ge2::Logger(collect, &received, GE2_LOG_OFF));
   CHECK(received.messages.empty());
-  unsetenv("GE2_LOG_LEVEL");
 }
