@@ -60,23 +60,37 @@ class RandomGraph:
         self.values.append((value, tuple(shape), leading, op))
         return len(self.values) - 1
 
+    def _maybe_padded(self, data):
+        """`data`, or sometimes a view of it with padded rows whose padding is NaN (a kernel that
+        reads past a row's end, or assumes dense strides, returns NaN)."""
+        if data.ndim < 2 or self.rng.random() < 0.8:
+            return data
+        base = np.full(data.shape[:-1] + (data.shape[-1] + int(self.rng.integers(1, 9)),), np.nan, self.dtype)
+        base[..., :data.shape[-1]] = data
+        return base[..., :data.shape[-1]]
+
+    def _input(self, name, data, dynamic=False):
+        data = self._maybe_padded(data)
+        self.inputs[name] = data
+        strides = tuple(s // data.itemsize for s in data.strides)
+        return self.graph.input(name, data.shape, dtype=self.dtype.__name__, strides=strides, dynamic=dynamic)
+
     def input_rows(self, cols, scale=1.0):
         """An input of the graph's leading shape: dynamic when the graph is."""
         name = self._name("x")
         shape = self._lead() + (cols,)
-        self.inputs[name] = self._data(shape, scale)
-        value = self.graph.input(name, shape, dtype=self.dtype.__name__, dynamic=self.dynamic)
+        value = self._input(name, self._data(shape, scale), self.dynamic)
         return self._add(value, shape, True, ("input", name))
 
     def weight(self, shape, scale, constant=None):
-        """A fixed-shape operand: a constant (copied now) or an input bound at execution."""
+        """A fixed-shape operand: a constant (copied now, maybe from a strided view) or an input
+        bound at execution."""
         name = self._name("w")
         data = self._data(shape, scale)
         if constant if constant is not None else self.rng.random() < 0.5:
-            value = self.graph.constant(name, data)
+            value = self.graph.constant(name, self._maybe_padded(data))
             return self._add(value, shape, False, ("constant", data))
-        self.inputs[name] = data
-        return self._add(self.graph.input(name, shape, dtype=self.dtype.__name__), shape, False, ("input", name))
+        return self._add(self._input(name, data), shape, False, ("input", name))
 
     def pick(self, cols=None):
         """An existing row-carrying value (of `cols` columns when given), often the newest, or None."""
@@ -106,10 +120,18 @@ class RandomGraph:
 
     def step(self):
         rng = self.rng
-        kind = rng.choice(["gemm", "gemm", "gemm_bias_act", "gated", "residual", "bias", "act", "add", "mul"])
+        kind = rng.choice(["gemm", "gemm", "gemm_bias_act", "gated", "residual", "bias", "act", "add", "mul"]
+                          + ([] if self.dynamic or self.batch else ["trans_a"]))
         x = self.pick()
         value, shape, _, _ = self.values[x]
         k = shape[-1]
+        if kind == "trans_a":  # op(a) = a^T: A stored [K, M] (a fixed input; M is not the dynamic extent)
+            k, n, trans_b = self.extent(), self.extent(), bool(rng.random() < 0.5)
+            name = self._name("t")
+            a = self._add(self._input(name, self._data((k, self.rows))), (k, self.rows), False, ("input", name))
+            w = self.weight((n, k) if trans_b else (k, n), 1.0 / math.sqrt(k))
+            out = self.graph.gemm(self.values[a][0], self.values[w][0], trans_a=True, trans_b=trans_b)
+            return self._add(out, (self.rows, n), True, ("gemm_ta", a, w, trans_b))
         if kind == "gated":  # act(x @ Wg) * (x @ Wu), either operand order: a gated unit to join
             n = self.extent()
             # Mostly GEMMs the gate/up pass may join (same layout, alpha, bias or not, constant weights).
@@ -161,6 +183,10 @@ class RandomGraph:
         other = self.pick(k)
         if other is None or rng.random() < 0.25:
             other = self.input_rows(k) if rng.random() < 0.6 else self.weight((k,), 1.0)
+        if kind == "mul":  # powers of a value overflow f16 after a few multiplies: add those instead
+            now = self.evaluate(self.inputs)
+            if np.abs(now[x]).max() * np.abs(now[other]).max() > 256:
+                kind = "add"
         op = self.graph.add if kind == "add" else self.graph.mul
         return self._add(op(value, self.values[other][0]), shape, True, (kind, x, other))
 
@@ -181,6 +207,8 @@ class RandomGraph:
                 if bias is not None:
                     d = d + out[bias]
                 out.append(d if act in (None, "none") else _act(act, d))
+            elif kind == "gemm_ta":
+                out.append(out[op[1]].T @ (out[op[2]].T if op[3] else out[op[2]]))
             elif kind == "bias":
                 out.append(out[op[1]] + out[op[2]])
             elif kind == "act":
@@ -229,7 +257,7 @@ def test_random_graph_matches_fp64_with_and_without_fusion(context, seed):
     feeds = {}
     for name, array in g.inputs.items():
         dynamic = g.dynamic and name.startswith("x")
-        feeds[name] = np.ascontiguousarray(array[:extent]) if dynamic else array
+        feeds[name] = array[:extent] if dynamic else array  # a view: padded rows keep their strides
     want = g.evaluate(feeds)
     for fuse in (True, False):
         plan = g.graph.compile(context, fuse=fuse)
