@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -23,6 +24,24 @@ TEST_CASE("half conversion: exact values, rounding, subnormals, inf and NaN") {
   CHECK(half_bits_to_float(0x7c00) == std::numeric_limits<float>::infinity());
   for (std::uint32_t bits = 0; bits < 0x7c00; ++bits) {  // every finite positive half round-trips
     REQUIRE(float_to_half_bits(half_bits_to_float(static_cast<std::uint16_t>(bits))) == bits);
+  }
+}
+
+TEST_CASE("half to float: every bit pattern, as the format defines it") {
+  for (std::uint32_t bits = 0; bits <= 0xffffu; ++bits) {
+    const std::uint32_t sign = bits >> 15, exponent = (bits >> 10) & 0x1fu,
+                        mantissa = bits & 0x3ffu;
+    const float got = half_bits_to_float(static_cast<std::uint16_t>(bits));
+    if (exponent == 31) {  // inf, or NaN with its payload in the top mantissa bits
+      REQUIRE(std::bit_cast<std::uint32_t>(got) == ((sign << 31) | 0x7f800000u | (mantissa << 13)));
+      continue;
+    }
+    const double magnitude = exponent == 0
+                                 ? std::ldexp(static_cast<double>(mantissa), -24)
+                                 : std::ldexp(1024.0 + mantissa, static_cast<int>(exponent) - 25);
+    const double want = sign ? -magnitude : magnitude;
+    REQUIRE(static_cast<double>(got) == want);
+    REQUIRE(std::signbit(got) == (sign != 0));  // -0 stays -0
   }
 }
 
