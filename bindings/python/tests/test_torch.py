@@ -1,6 +1,7 @@
 """ge2.torch: the custom operators and nn.Module conversion, against fp64 references computed by
 PyTorch from the same weights. CPU always (where torch imports); CUDA when a GPU is present."""
 import math
+import os
 
 import pytest
 
@@ -124,6 +125,102 @@ def test_converted_blocks_match_fp64(device, dtype, name):
         want = reference(module, x)
         assert y.shape == want.shape and y.dtype == dtype and y.device == x.device
         assert rel_error(y, want) <= BOUNDS[dtype], (name, shape)
+
+
+class RandomBlock(torch.nn.Module):
+    """A module written as a random program over its input: nn.Linear layers (with or without
+    bias) reading any earlier value, activations as modules, functions or methods, + and * (as
+    operators, functions or methods) between values of one width, Identity and Dropout. What
+    convert must read from torch.fx however a user happened to write it."""
+
+    def __init__(self, rng, d):
+        super().__init__()
+        self.program, self.layers, self.acts = [], torch.nn.ModuleList(), torch.nn.ModuleList()
+        widths, multiplies = [d], 0
+        for _ in range(int(rng.integers(1, 9))):
+            kind = str(rng.choice(["linear", "linear", "act", "combine", "identity"]))
+            src = len(widths) - 1 if rng.random() < 0.6 else int(rng.integers(0, len(widths)))
+            if kind == "linear" or src == 0 and kind != "combine":
+                out = int(rng.integers(1, 40))
+                self.layers.append(torch.nn.Linear(widths[src], out, bias=bool(rng.random() < 0.7)))
+                self.program.append(("linear", src, len(self.layers) - 1))
+                widths.append(out)
+            elif kind == "act":
+                style = str(rng.choice(["module", "function", "method"]))
+                name = str(rng.choice(["relu", "gelu", "gelu_tanh", "silu"] if style != "method" else ["relu"]))
+                if style == "module":
+                    self.acts.append({"relu": torch.nn.ReLU(), "gelu": torch.nn.GELU(), "silu": torch.nn.SiLU(),
+                                      "gelu_tanh": torch.nn.GELU(approximate="tanh")}[name])
+                self.program.append(("act", src, style, name, len(self.acts) - 1))
+                widths.append(widths[src])
+            elif kind == "combine":
+                partners = [i for i, w in enumerate(widths) if w == widths[src]]
+                other = int(rng.choice(partners))
+                op = "mul" if rng.random() < 0.4 and multiplies < 2 else "add"
+                multiplies += op == "mul"
+                self.program.append((op, src, other, str(rng.choice(["operator", "function", "method"]))))
+                widths.append(widths[src])
+            else:
+                self.acts.append(torch.nn.Identity() if rng.random() < 0.5 else torch.nn.Dropout(0.25))
+                self.program.append(("module", src, len(self.acts) - 1))
+                widths.append(widths[src])
+        if len(widths) == 1 or self.program[-1][0] != "linear" and not any(p[0] == "linear" for p in self.program):
+            self.layers.append(torch.nn.Linear(widths[-1], d))
+            self.program.append(("linear", len(widths) - 1, len(self.layers) - 1))
+            widths.append(d)
+
+    def forward(self, x):
+        values = [x]
+        for step in self.program:
+            kind, src = step[0], values[step[1]]
+            if kind == "linear":
+                values.append(self.layers[step[2]](src))
+            elif kind == "act":
+                _, _, style, name, index = step
+                if style == "module":
+                    values.append(self.acts[index](src))
+                elif style == "method":
+                    values.append(src.relu())
+                else:
+                    values.append(F.gelu(src, approximate="tanh") if name == "gelu_tanh" else
+                                  {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[name](src))
+            elif kind in ("add", "mul"):
+                other, style = values[step[2]], step[3]
+                if style == "operator":
+                    values.append(src + other if kind == "add" else src * other)
+                elif style == "function":
+                    values.append(torch.add(src, other) if kind == "add" else torch.mul(src, other))
+                else:
+                    values.append(src.add(other) if kind == "add" else src.mul(other))
+            else:
+                values.append(self.acts[step[2]](src))
+        return values[-1]
+
+
+# A deep random program in a 16-bit dtype can lose more than a two-layer block (cancelling adds):
+# the bound is the dtype's, or twice PyTorch's own error running the module in that dtype.
+RANDOM_BOUNDS = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2e-2}
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("seed", range(int(os.environ.get("GE2_RANDOM_MODULES", "32"))))
+def test_random_modules_convert_and_match_fp64(device, seed):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    dtype = [torch.float32, torch.float16, torch.bfloat16][seed % 3]
+    d = int(rng.integers(1, 40))
+    module = fresh(RandomBlock(rng, d), dtype, device)
+    converted = gt.convert(module, dynamic=bool(seed % 2))
+    for shape in [(int(rng.integers(1, 70)), d), (2, int(rng.integers(1, 9)), d), (d,)]:
+        x = torch.randn(shape, device=device).to(dtype)
+        with torch.no_grad():
+            y, own = converted(x), module(x)
+        want = reference(module, x)
+        assert y.shape == want.shape and y.dtype == dtype
+        error, bound = rel_error(y, want), max(RANDOM_BOUNDS[dtype], 2 * rel_error(own, want))
+        assert error <= bound, (seed, shape, dtype, error, bound, module.program)
 
 
 @pytest.mark.parametrize("device", devices())
