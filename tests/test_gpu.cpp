@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -681,6 +682,76 @@ TEST_CASE(
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(captured);
   cudaStreamDestroy(stream);
+}
+
+TEST_CASE(
+    "gpu: graphs captured one after the other on one stream each own a workspace, replay "
+    "concurrently on other streams beside eager work, and give it back once destroyed") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  // Three plans: two captured (as torch.cuda.graph does, on one shared capture
+  // stream), one run eagerly on that stream while the graphs replay elsewhere.
+  std::vector<LinearLayer> layers;
+  std::vector<std::array<ge2_binding_t, 4>> bindings;
+  for (const auto& [m, n, k] :
+       {std::array<std::int64_t, 3>{256, 512, 384}, {200, 264, 1032}, {512, 256, 768}}) {
+    layers.push_back(
+        make_linear_layer(context.get(), GE2_DTYPE_F16, m, n, k, GE2_ACT_GELU_ERF, nullptr));
+    LinearLayer& l = layers.back();
+    bindings.push_back({{{"a", memory.upload(l.a)},
+                         {"b", memory.upload(l.b)},
+                         {"bias", memory.upload(l.bias)},
+                         {"d", memory.upload(l.d)}}});
+  }
+  auto workspaces = [&] {
+    const char* text = nullptr;
+    REQUIRE(ge2_context_describe(context.get(), &text) == GE2_OK);
+    return nlohmann::json::parse(text)["workspaces"];
+  };
+  cudaStream_t capture = nullptr, x = nullptr, y = nullptr;
+  for (cudaStream_t* s : {&capture, &x, &y})
+    REQUIRE(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking) == cudaSuccess);
+  cudaGraph_t graphs[2] = {};
+  cudaGraphExec_t execs[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(cudaStreamBeginCapture(capture, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    const ge2_status_t status =
+        ge2_plan_execute(layers[i].plan.get(), bindings[i].data(), 4, capture);
+    REQUIRE(cudaStreamEndCapture(capture, &graphs[i]) == cudaSuccess);
+    REQUIRE_MESSAGE(status == GE2_OK, std::string(ge2_last_error()));
+    REQUIRE(cudaGraphInstantiate(&execs[i], graphs[i], 0) == cudaSuccess);
+  }
+  CHECK(workspaces()["kept_for_captured_graphs"] == 2);
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 3; ++i) {
+      poison(layers[i].d);
+      REQUIRE(cudaMemcpy(bindings[i][3].data, layers[i].d.bytes.data(), layers[i].d.bytes.size(),
+                         cudaMemcpyHostToDevice) == cudaSuccess);
+    }
+    REQUIRE(cudaGraphLaunch(execs[0], x) == cudaSuccess);
+    REQUIRE(cudaGraphLaunch(execs[1], y) == cudaSuccess);
+    REQUIRE(ge2_plan_execute(layers[2].plan.get(), bindings[2].data(), 4, capture) == GE2_OK);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    for (int i = 0; i < 3; ++i) {
+      memory.download(bindings[i][3].data, layers[i].d);
+      CHECK_MESSAGE(relative_error(layers[i].d, layers[i].reference) <= 1e-2, "plan " << i);
+    }
+  }
+  // The graphs' user objects hand their workspaces back on a CUDA thread, after
+  // the graphs and their executable graphs are gone; the next eager call frees them.
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(cudaGraphExecDestroy(execs[i]) == cudaSuccess);
+    REQUIRE(cudaGraphDestroy(graphs[i]) == cudaSuccess);
+  }
+  int held = -1;
+  for (int attempt = 0; attempt < 200 && held != 0; ++attempt) {
+    REQUIRE(ge2_plan_execute(layers[2].plan.get(), bindings[2].data(), 4, capture) == GE2_OK);
+    REQUIRE(cudaStreamSynchronize(capture) == cudaSuccess);
+    held = workspaces()["kept_for_captured_graphs"].get<int>();
+    if (held != 0) usleep(10000);
+  }
+  CHECK(held == 0);
+  for (cudaStream_t s : {capture, x, y}) cudaStreamDestroy(s);
 }
 
 TEST_CASE("gpu: plans run concurrently on two streams and one plan across streams stays ordered") {

@@ -278,7 +278,8 @@ class CudaBackend final : public Backend {
     if (!capturing && allow_replay && ps.replay) {
       GE2_CUDA_CHECK(cudaGraphLaunch(ps.replay->get(steps, state), stream));
     } else {
-      state.workspace = workspaces_.get(stream, capturing);
+      state.workspace =
+          capturing ? workspaces_.for_capture(stream) : workspaces_.for_stream(stream);
       state.workspace_bytes = workspaces_.bytes();
       for (std::size_t i = 0; i < steps.size(); ++i) {
         const nvtx3::scoped_range_in<Ge2NvtxDomain> step_range{ps.step_labels[i]};
