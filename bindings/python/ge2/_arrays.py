@@ -9,6 +9,15 @@ from . import _capi
 from ._checks import invalid
 
 _TYPESTR = {"<f2": _capi.DTYPE_F16, "<f4": _capi.DTYPE_F32}
+
+
+def _numpy_dtype(array, typestr: str):
+    """The ge2 dtype of a NumPy array: float16, float32, or ml_dtypes' bfloat16 (JAX's NumPy
+    bfloat16), whose typestr is a bare 2-byte void like a structured dtype's, so its name decides."""
+    dtype = _TYPESTR.get(typestr)
+    if dtype is None and typestr == "<V2" and getattr(getattr(array, "dtype", None), "name", None) == "bfloat16":
+        return _capi.DTYPE_BF16
+    return dtype
 ELEMENT_SIZE = {_capi.DTYPE_F16: 2, _capi.DTYPE_BF16: 2, _capi.DTYPE_F32: 4}
 
 
@@ -177,7 +186,10 @@ def fast_binding(array):
     if kind == "numpy":
         iface = array.__array_interface__
         pointer, readonly = iface["data"]
-        return (cls, iface["typestr"], iface["shape"], iface["strides"], readonly), pointer, None
+        typestr = iface["typestr"]
+        # A void typestr is bfloat16 or a structured dtype: the dtype itself tells them apart.
+        kind = typestr if typestr[1] != "V" else array.dtype
+        return (cls, kind, iface["shape"], iface["strides"], readonly), pointer, None
     if kind == "torch":
         device = array.device
         return ((cls, array.dtype, device, array.shape, array.stride(), array.requires_grad), array.data_ptr(),
@@ -213,10 +225,10 @@ def view(array, argument: str = "array", function: str = "ge2", want_stream: boo
                         argument, function)
     iface = getattr(array, "__array_interface__", None)  # NumPy: one dict, no ctypes objects
     if iface is not None:
-        dtype = _TYPESTR.get(iface["typestr"])
+        dtype = _numpy_dtype(array, iface["typestr"])
         if dtype is None:
             raise TypeError(f"{function}: argument '{argument}': NumPy dtype {iface['typestr']} is not "
-                            f"float16 or float32 (bfloat16 needs PyTorch)")
+                            f"float16, float32 or ml_dtypes.bfloat16")
         pointer, readonly = iface["data"]
         return _checked(ArrayView(pointer, dtype, tuple(iface["shape"]),
                                   _element_strides(iface, dtype, argument, function), False, "numpy",
@@ -248,6 +260,8 @@ def empty_like_library(library: str, shape: tuple, dtype: int, like):
         return cupy.empty(shape, dtype={_capi.DTYPE_F16: "float16", _capi.DTYPE_F32: "float32"}[dtype])
     import numpy as np
     if dtype == _capi.DTYPE_BF16:
-        raise TypeError("ge2: NumPy has no bfloat16 to hold the result; pass out= (a PyTorch tensor or "
-                        "another DLPack array)")
+        if isinstance(like, np.ndarray):  # an ml_dtypes.bfloat16 input: its dtype holds the result
+            return np.empty(shape, dtype=like.dtype)
+        raise TypeError("ge2: NumPy has no bfloat16 of its own to hold the result; pass out= (an "
+                        "ml_dtypes.bfloat16 array, a PyTorch tensor or another DLPack array)")
     return np.empty(shape, dtype={_capi.DTYPE_F16: np.float16, _capi.DTYPE_F32: np.float32}[dtype])

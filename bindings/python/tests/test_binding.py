@@ -87,7 +87,7 @@ def test_errors_map_to_exception_classes_with_messages(cpu):
     with pytest.raises(ge2.InvalidArgumentError, match="argument 'a'"):
         plan.execute({"a": np.ones((4, 9), np.float16), "b": np.ones((6, 5), np.float16),
                       "b_ok": np.ones((8, 5), np.float16), "y": np.ones((4, 5), np.float16)})
-    with pytest.raises(TypeError, match="float16 or float32"):
+    with pytest.raises(TypeError, match="<f8 is not float16, float32 or ml_dtypes.bfloat16"):
         ge2.gemm_bias_act(np.zeros((2, 2), np.float64), np.zeros((2, 2), np.float64), context=cpu)
 
 
@@ -275,6 +275,37 @@ def test_dlpack_inputs_and_outputs(cpu, dtype, bound):
     out.fill(np.nan)
     g.compile(cpu).execute({"x": DLPackOnly(a), "w": DLPackOnly(w), "y": DLPackOnly(out)})
     assert rel_error(out, reference(a, w, None, None, trans_b=True)) <= bound
+
+
+def test_ml_dtypes_bfloat16_arrays(cpu):
+    """NumPy bfloat16 (ml_dtypes, what JAX hands to NumPy): one-shot results of that dtype, constants,
+    plans; a structured 2-byte dtype, which has the same typestr, is refused also after a bfloat16
+    array of its shape took the binding's fast path."""
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="SKIPPED: ml_dtypes is not installed")
+    bf16 = ml_dtypes.bfloat16
+    rng = np.random.default_rng()
+    m, n, k = (int(v) for v in rng.integers(2, 40, size=3))
+    a = rng.uniform(-1, 1, (m, k)).astype(bf16)
+    w = rng.uniform(-1, 1, (n, k)).astype(bf16)
+    bias = rng.uniform(-1, 1, n).astype(bf16)
+    f64 = [v.astype(np.float64) for v in (a, w, bias)]
+    for _ in range(2):  # the second call takes the signature cache
+        y = ge2.gemm_bias_act(a, w, bias, act="gelu", trans_b=True, context=cpu)
+        assert y.dtype == bf16 and y.shape == (m, n)
+        assert rel_error(y.astype(np.float64), reference(*f64, "gelu", trans_b=True)) <= 1e-2
+    g = ge2.Graph()
+    x = g.input("x", (m, k), "bf16")
+    g.output(g.gemm(x, g.constant("w", w), trans_b=True), "y")
+    plan = g.compile(cpu)
+    out = np.full((m, n), np.nan, dtype=bf16)
+    for _ in range(2):  # the second call takes Plan.execute's fast path
+        plan.execute({"x": a, "y": out})
+        assert rel_error(out.astype(np.float64), reference(f64[0], f64[1], None, None, trans_b=True)) <= 1e-2
+    structured = np.zeros((m, k), dtype=[("x", "<f2")])
+    with pytest.raises(TypeError, match="is not float16, float32 or ml_dtypes.bfloat16"):
+        ge2.gemm_bias_act(structured, w, bias, act="gelu", trans_b=True, context=cpu)
+    with pytest.raises(TypeError, match="is not float16, float32 or ml_dtypes.bfloat16"):
+        plan.execute({"x": structured, "y": out})
 
 
 def test_dlpack_refuses_what_ge2_cannot_take(cpu):

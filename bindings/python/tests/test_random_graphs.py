@@ -22,6 +22,13 @@ SEEDS = range(int(os.environ.get("GE2_RANDOM_GRAPHS", "64")))
 # Relative Frobenius error of a graph's output against fp64: 16-bit values are rounded at every
 # node boundary the plan keeps (up to ~8 here) and inside the GEMMs' fp32 accumulation.
 BOUND = {np.float16: 1.5e-2, np.float32: 2e-5}
+try:  # NumPy's bfloat16 (ml_dtypes); without it the graphs are f16 and f32 only
+    import ml_dtypes
+
+    BOUND[ml_dtypes.bfloat16] = 5e-2
+    DTYPES = [np.float16, np.float32, ml_dtypes.bfloat16]
+except ImportError:
+    DTYPES = [np.float16, np.float32]
 
 
 def _act(name, x):
@@ -222,7 +229,7 @@ class RandomGraph:
 
 def _build(seed):
     rng = np.random.default_rng(1000 + seed)
-    dtype = np.float16 if rng.random() < 0.6 else np.float32
+    dtype = DTYPES[int(rng.integers(0, len(DTYPES)))]
     g = RandomGraph(rng, dtype, dynamic=bool(rng.random() < 0.3))
     g.input_rows(g.extent())
     for _ in range(int(rng.integers(1, 8))):
