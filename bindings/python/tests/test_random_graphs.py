@@ -277,5 +277,5 @@ def test_random_graph_matches_fp64_with_and_without_fusion(context, seed):
             error = rel_error(arrays[f"y{i}"], want[i])
             assert error <= BOUND[g.dtype], (
                 f"seed {seed} fuse={fuse} output y{i} ({g.dtype.__name__}, extent {extent}): relative error "
-                f"{error:.3g}; graph {[op[0] if op[0] != 'constant' else 'constant' for _, _, _, op in g.values]}, "
+                f"{error:.3g}; graph {[str(op[0]) for _, _, _, op in g.values]}, "
                 f"steps {[s.get('kernel', s.get('op')) for s in plan.describe().get('steps', [])]}")
