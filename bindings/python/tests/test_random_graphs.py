@@ -257,8 +257,43 @@ def context(request):
     ctx.close()
 
 
+class TorchArrays:
+    """NumPy arrays as PyTorch tensors on `device` with the same strides, the padding of a padded
+    view NaN as in NumPy; on CUDA ge2 then runs on device pointers (NumPy arrays are staged
+    through fresh, aligned device buffers instead)."""
+
+    def __init__(self, device):
+        self.torch = pytest.importorskip("torch", reason="SKIPPED: PyTorch is not importable")
+        self.device = device
+
+    def _dtype(self, dtype):
+        t = self.torch
+        return {np.dtype(np.float16): t.float16, np.dtype(np.float32): t.float32}.get(np.dtype(dtype), t.bfloat16)
+
+    def tensor(self, array):
+        t = self.torch
+        strides = tuple(s // array.itemsize for s in array.strides)
+        span = 1 + sum((n - 1) * s for n, s in zip(array.shape, strides))
+        dense = np.ascontiguousarray(array)
+        host = t.from_numpy(dense.view(np.uint16)).view(t.bfloat16) if dense.dtype.name == "bfloat16" else \
+            t.from_numpy(dense)
+        out = t.full((span,), float("nan"), dtype=self._dtype(array.dtype), device=self.device)
+        out.as_strided(array.shape, strides).copy_(host)
+        return out.as_strided(array.shape, strides)
+
+    def output(self, shape, dtype):
+        return self.torch.full(shape, float("nan"), dtype=self._dtype(dtype), device=self.device)
+
+    def to_numpy(self, tensor, dtype):
+        host = tensor.cpu()
+        if host.dtype == self.torch.bfloat16:
+            return host.view(self.torch.int16).numpy().view(dtype)
+        return host.numpy()
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch"])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_random_graph_matches_fp64_with_and_without_fusion(context, seed):
+def test_random_graph_matches_fp64_with_and_without_fusion(context, library, seed):
     g, outputs = _build(seed)
     extent = int(g.rng.integers(1, (g.batch or g.rows) + 1)) if g.dynamic else None
     feeds = {}
@@ -266,15 +301,21 @@ def test_random_graph_matches_fp64_with_and_without_fusion(context, seed):
         dynamic = g.dynamic and name.startswith("x")
         feeds[name] = array[:extent] if dynamic else array  # a view: padded rows keep their strides
     want = g.evaluate(feeds)
+    arrays_of = TorchArrays(context.device) if library == "torch" else None
     for fuse in (True, False):
         plan = g.graph.compile(context, fuse=fuse)
-        arrays = dict(feeds)
-        for i in outputs:
-            shape = want[i].shape
-            arrays[f"y{i}"] = np.full(shape, np.nan, dtype=g.dtype)  # poisoned: every element must be written
+        if arrays_of is None:
+            arrays = dict(feeds)
+            for i in outputs:  # poisoned: every element must be written
+                arrays[f"y{i}"] = np.full(want[i].shape, np.nan, dtype=g.dtype)
+        else:
+            arrays = {name: arrays_of.tensor(array) for name, array in feeds.items()}
+            for i in outputs:
+                arrays[f"y{i}"] = arrays_of.output(want[i].shape, g.dtype)
         plan.execute(arrays)
         for i in outputs:
-            error = rel_error(arrays[f"y{i}"], want[i])
+            got = arrays[f"y{i}"] if arrays_of is None else arrays_of.to_numpy(arrays[f"y{i}"], g.dtype)
+            error = rel_error(got, want[i])
             assert error <= BOUND[g.dtype], (
                 f"seed {seed} fuse={fuse} output y{i} ({g.dtype.__name__}, extent {extent}): relative error "
                 f"{error:.3g}; graph {[str(op[0]) for _, _, _, op in g.values]}, "
