@@ -145,11 +145,12 @@ TEST_CASE("cpu: a GEMM split over row blocks and threads equals it computed one 
 TEST_CASE("cpu: a few rows against an [N, K] weight read in place equal the [K, N] copy's GEMM") {
   // Up to 16 rows the CPU GEMM reads nn.Linear's [N, K] weight where it is stored
   // (threads over blocks of columns from 4 M multiply-adds); with the weight
-  // transposed into [K, N] it takes the row-block path. Same sums, same bits.
+  // transposed into [K, N] it takes the row-block path. Same sums, same bits; f16
+  // also on the F16C path where the CPU has it. N = 1003: a last block of 3 columns.
   auto context = make_context(GE2_DEVICE_CPU);
-  for (ge2_dtype_t dtype : {GE2_DTYPE_F32, GE2_DTYPE_BF16})
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F32, GE2_DTYPE_BF16, GE2_DTYPE_F16})
     for (std::int64_t m : {1, 8, 16, 17}) {
-      const std::int64_t n = 1000, k = 600;
+      const std::int64_t n = 1003, k = 600;
       HostTensor a = make_tensor(dtype, {m, k}), w = make_tensor(dtype, {n, k});
       HostTensor w_kn = make_tensor(dtype, {k, n});
       fill_random(a);
