@@ -15,6 +15,7 @@
 #include <sched.h>
 #endif
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -281,7 +282,15 @@ __attribute__((target("avx2,f16c"))) void multiply_nk_columns_f16c(
   }
 }
 
-bool has_avx2_f16c() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c"); }
+// F16C from CPUID (leaf 1, ECX): clang's __builtin_cpu_supports does not know "f16c".
+bool has_avx2_f16c() {
+  static const bool supported = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0 &&
+           __builtin_cpu_supports("avx2");
+  }();
+  return supported;
+}
 #endif
 
 // The CPUs this process may run on (its affinity mask), at least 1.
