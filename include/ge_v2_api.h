@@ -561,6 +561,14 @@ typedef struct ge2_binding {
 ** work is queued on stream (a cudaStream_t; NULL is the legacy default
 ** stream); the call returns without waiting. Host pointers are accepted too and
 ** staged through device memory, synchronously (slow; meant for tests/tools).
+** A call on a stream being captured into a CUDA graph (cudaStreamBeginCapture,
+** torch.cuda.graph) records its work into that graph. It then uses a workspace
+** of that capture sequence alone (32 MiB per capture and stream), so graphs may
+** replay on any streams, concurrently with each other and with eager calls;
+** the graph owns it and it is freed once the graph and its executable graphs
+** are destroyed. Ordering replays against other executions of the same plan
+** (which share its intermediates) is the caller's, and the plan must outlive
+** the graph. A capture already invalidated is GE2_ERROR_CUDA.
 */
 GE2_API ge2_status_t ge2_plan_execute(ge2_plan_t* plan, const ge2_binding_t* bindings,
                                       size_t num_bindings, void* stream);
