@@ -31,7 +31,8 @@ class WorkspacePool {
   // work) and lives as long as the caller's graph and every executable graph made
   // from it: the graph retains a CUDA user object whose destructor hands the
   // workspace back, and a later for_stream call frees it (a destructor callback
-  // may not call CUDA). The pool itself, the context's, frees what is left.
+  // may not call CUDA). The pool itself (the backend's, which the context and
+  // every plan hold) frees what is left when the last of them goes.
   void* for_capture(cudaStream_t stream);
   // For ge2_context_describe: eager workspaces since the last eviction, and those
   // held for captured graphs not yet destroyed.
