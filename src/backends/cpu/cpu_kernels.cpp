@@ -106,7 +106,9 @@ __attribute__((target("avx2,fma"))) void activate_row_fma(Activation act, float*
 void activate_row(Activation act, float* row, std::int64_t n) {
   if (act == Activation::None) return;
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (__builtin_cpu_supports("fma")) return activate_row_fma(act, row, n);
+  // Both: the version is compiled for AVX2 too, and some CPUs have FMA without it.
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return activate_row_fma(act, row, n);
 #endif
   activate_row_body(act, row, n);
 }
