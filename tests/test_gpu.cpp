@@ -38,6 +38,13 @@ bool device_usable(std::string& why) {
   return true;
 }
 
+// The context's workspace counts (ge2_context_describe's "workspaces").
+nlohmann::json workspaces_of(ge2_context_t* context) {
+  const char* text = nullptr;
+  REQUIRE(ge2_context_describe(context, &text) == GE2_OK);
+  return nlohmann::json::parse(text)["workspaces"];
+}
+
 }  // namespace
 
 #ifdef GE2_TEST_WITH_CUDA
@@ -657,12 +664,7 @@ TEST_CASE(
   // The graph holds the workspace's address: executions on 70 more streams make the
   // pool start over (past 64), and it must keep that one. A replay then finds it
   // (compute-sanitizer would report a freed one).
-  auto workspaces = [&] {
-    const char* text = nullptr;
-    REQUIRE(ge2_context_describe(context.get(), &text) == GE2_OK);
-    return nlohmann::json::parse(text)["workspaces"];
-  };
-  CHECK(workspaces()["kept_for_captured_graphs"] == 1);
+  CHECK(workspaces_of(context.get())["kept_for_captured_graphs"] == 1);
   for (int i = 0; i < 70; ++i) {
     cudaStream_t other = nullptr;
     REQUIRE(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
@@ -670,8 +672,8 @@ TEST_CASE(
     REQUIRE(cudaStreamSynchronize(other) == cudaSuccess);
     REQUIRE(cudaStreamDestroy(other) == cudaSuccess);
   }
-  CHECK(workspaces()["streams"].get<int>() <= 64);
-  CHECK(workspaces()["kept_for_captured_graphs"] == 1);
+  CHECK(workspaces_of(context.get())["streams"].get<int>() <= 64);
+  CHECK(workspaces_of(context.get())["kept_for_captured_graphs"] == 1);
   poison(layer.d);
   REQUIRE(cudaMemcpy(bindings[3].data, layer.d.bytes.data(), layer.d.bytes.size(),
                      cudaMemcpyHostToDevice) == cudaSuccess);
@@ -703,11 +705,6 @@ TEST_CASE(
                          {"bias", memory.upload(l.bias)},
                          {"d", memory.upload(l.d)}}});
   }
-  auto workspaces = [&] {
-    const char* text = nullptr;
-    REQUIRE(ge2_context_describe(context.get(), &text) == GE2_OK);
-    return nlohmann::json::parse(text)["workspaces"];
-  };
   cudaStream_t capture = nullptr, x = nullptr, y = nullptr;
   for (cudaStream_t* s : {&capture, &x, &y})
     REQUIRE(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking) == cudaSuccess);
@@ -721,7 +718,7 @@ TEST_CASE(
     REQUIRE_MESSAGE(status == GE2_OK, std::string(ge2_last_error()));
     REQUIRE(cudaGraphInstantiate(&execs[i], graphs[i], 0) == cudaSuccess);
   }
-  CHECK(workspaces()["kept_for_captured_graphs"] == 2);
+  CHECK(workspaces_of(context.get())["kept_for_captured_graphs"] == 2);
   for (int round = 0; round < 3; ++round) {
     for (int i = 0; i < 3; ++i) {
       poison(layers[i].d);
@@ -747,7 +744,7 @@ TEST_CASE(
   for (int attempt = 0; attempt < 200 && held != 0; ++attempt) {
     REQUIRE(ge2_plan_execute(layers[2].plan.get(), bindings[2].data(), 4, capture) == GE2_OK);
     REQUIRE(cudaStreamSynchronize(capture) == cudaSuccess);
-    held = workspaces()["kept_for_captured_graphs"].get<int>();
+    held = workspaces_of(context.get())["kept_for_captured_graphs"].get<int>();
     if (held != 0) usleep(10000);
   }
   CHECK(held == 0);

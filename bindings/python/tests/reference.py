@@ -24,17 +24,23 @@ def reference(a, b, bias, act, trans_a=False, trans_b=False, alpha=1.0):
     d = alpha * (a64 @ b64)
     if bias is not None:
         d = d + bias.astype(np.float64)
+    return activation(d, act)
+
+
+def activation(x, act):
+    """act(x) in float64 for act None, 'none', 'relu', 'gelu' (erf), 'gelu_tanh' or 'silu'; another
+    name raises (an oracle must not pass an activation through unapplied)."""
+    if act in (None, "none"):
+        return x
     if act == "relu":
-        d = np.maximum(d, 0)
-    elif act == "gelu":
-        d = gelu_erf(d)
-    elif act == "gelu_tanh":
-        d = gelu_tanh(d)
-    elif act == "silu":
-        d = d / (1.0 + np.exp(-d))
-    elif act not in (None, "none"):
-        raise ValueError(f"reference: unknown activation {act!r}")
-    return d
+        return np.maximum(x, 0)
+    if act == "gelu":
+        return gelu_erf(x)
+    if act == "gelu_tanh":
+        return gelu_tanh(x)
+    if act == "silu":
+        return x / (1.0 + np.exp(-x))
+    raise ValueError(f"reference: unknown activation {act!r}")
 
 
 def rel_error(got, want, scale=None):

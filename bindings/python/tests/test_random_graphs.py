@@ -15,7 +15,7 @@ import pytest
 
 import ge2
 
-from reference import gelu_erf, gelu_tanh, rel_error
+from reference import activation, rel_error
 
 ACTS = ["relu", "gelu", "gelu_tanh", "silu"]
 SEEDS = range(int(os.environ.get("GE2_RANDOM_GRAPHS", "64")))
@@ -29,16 +29,6 @@ try:  # NumPy's bfloat16 (ml_dtypes); without it the graphs are f16 and f32 only
     DTYPES = [np.float16, np.float32, ml_dtypes.bfloat16]
 except ImportError:
     DTYPES = [np.float16, np.float32]
-
-
-def _act(name, x):
-    if name == "relu":
-        return np.maximum(x, 0)
-    if name == "gelu":
-        return gelu_erf(x)
-    if name == "gelu_tanh":
-        return gelu_tanh(x)
-    return x / (1.0 + np.exp(-x))
 
 
 class RandomGraph:
@@ -144,8 +134,8 @@ class RandomGraph:
             # Mostly GEMMs the gate/up pass may join (same layout, alpha, bias or not, constant weights).
             same = {"trans_b": bool(rng.random() < 0.5), "alpha": float(rng.choice([1.0, -0.5])),
                     "bias": bool(rng.random() < 0.3), "constant": True} if rng.random() < 0.7 else {}
-            gate = self.gemm(x, n, **same) if same else self.gemm(x, n, bias=rng.random() < 0.3)
-            up = self.gemm(x, n, **same) if same else self.gemm(x, n, bias=rng.random() < 0.3)
+            gate = self.gemm(x, n, **(same or {"bias": rng.random() < 0.3}))
+            up = self.gemm(x, n, **(same or {"bias": rng.random() < 0.3}))
             act = str(rng.choice(ACTS))
             gated = self._add(self.graph.activation(self.values[gate][0], act), self.values[gate][1], True,
                               ("act", gate, act))
@@ -158,19 +148,13 @@ class RandomGraph:
             pair = (x, down) if rng.random() < 0.5 else (down, x)
             return self._add(self.graph.add(self.values[pair[0]][0], self.values[pair[1]][0]), shape, True,
                              ("add",) + pair)
-        if kind in ("gemm", "gemm_bias_act"):
+        if kind == "gemm_bias_act":
+            return self.gemm(x, self.extent(), bias=rng.random() < 0.7, act=str(rng.choice(ACTS + ["none"])))
+        if kind == "gemm":  # ge2_graph_add_gemm, with C and beta sometimes
             n = self.extent()
             trans_b = bool(rng.random() < 0.5)
             w = self.weight((n, k) if trans_b else (k, n), 1.0 / math.sqrt(k))
             alpha = float(rng.choice([1.0, 0.5, -1.25]))
-            out_shape = shape[:-1] + (n,)
-            if kind == "gemm_bias_act":
-                bias = self.weight((n,), 1.0) if rng.random() < 0.7 else None
-                act = str(rng.choice(ACTS + ["none"]))
-                out = self.graph.gemm_bias_act(self.values[x][0], self.values[w][0],
-                                               None if bias is None else self.values[bias][0], act=act,
-                                               trans_b=trans_b, alpha=alpha)
-                return self._add(out, out_shape, True, ("gemm", x, w, None, trans_b, alpha, 0.0, bias, act))
             c, beta = None, 0.0
             if rng.random() < 0.25:
                 c = self.pick(n)
@@ -179,7 +163,7 @@ class RandomGraph:
                 beta = float(rng.choice([1.0, -0.5]))
             out = self.graph.gemm(self.values[x][0], self.values[w][0], None if c is None else self.values[c][0],
                                   trans_b=trans_b, alpha=alpha, beta=beta)
-            return self._add(out, out_shape, True, ("gemm", x, w, c, trans_b, alpha, beta, None, None))
+            return self._add(out, shape[:-1] + (n,), True, ("gemm", x, w, c, trans_b, alpha, beta, None, None))
         if kind == "bias":
             bias = self.weight((k,), 1.0)
             return self._add(self.graph.bias(value, self.values[bias][0]), shape, True, ("bias", x, bias))
@@ -213,13 +197,13 @@ class RandomGraph:
                     d = d + beta * out[c]
                 if bias is not None:
                     d = d + out[bias]
-                out.append(d if act in (None, "none") else _act(act, d))
+                out.append(activation(d, act))
             elif kind == "gemm_ta":
                 out.append(out[op[1]].T @ (out[op[2]].T if op[3] else out[op[2]]))
             elif kind == "bias":
                 out.append(out[op[1]] + out[op[2]])
             elif kind == "act":
-                out.append(_act(op[2], out[op[1]]))
+                out.append(activation(out[op[1]], op[2]))
             elif kind == "add":
                 out.append(out[op[1]] + out[op[2]])
             else:
