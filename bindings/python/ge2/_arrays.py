@@ -9,6 +9,7 @@ from . import _capi
 from ._checks import invalid
 
 _TYPESTR = {"<f2": _capi.DTYPE_F16, "<f4": _capi.DTYPE_F32}
+ELEMENT_SIZE = {_capi.DTYPE_F16: 2, _capi.DTYPE_BF16: 2, _capi.DTYPE_F32: 4}
 
 
 def _numpy_dtype(array, typestr: str):
@@ -18,7 +19,6 @@ def _numpy_dtype(array, typestr: str):
     if dtype is None and typestr == "<V2" and getattr(getattr(array, "dtype", None), "name", None) == "bfloat16":
         return _capi.DTYPE_BF16
     return dtype
-ELEMENT_SIZE = {_capi.DTYPE_F16: 2, _capi.DTYPE_BF16: 2, _capi.DTYPE_F32: 4}
 
 
 class ArrayView:
@@ -188,8 +188,8 @@ def fast_binding(array):
         pointer, readonly = iface["data"]
         typestr = iface["typestr"]
         # A void typestr is bfloat16 or a structured dtype: the dtype itself tells them apart.
-        kind = typestr if typestr[1] != "V" else array.dtype
-        return (cls, kind, iface["shape"], iface["strides"], readonly), pointer, None
+        element = typestr if typestr[1] != "V" else array.dtype
+        return (cls, element, iface["shape"], iface["strides"], readonly), pointer, None
     if kind == "torch":
         device = array.device
         return ((cls, array.dtype, device, array.shape, array.stride(), array.requires_grad), array.data_ptr(),
