@@ -164,7 +164,7 @@ class RandomBlock(torch.nn.Module):
                 self.acts.append(torch.nn.Identity() if rng.random() < 0.5 else torch.nn.Dropout(0.25))
                 self.program.append(("module", src, len(self.acts) - 1))
                 widths.append(widths[src])
-        if len(widths) == 1 or self.program[-1][0] != "linear" and not any(p[0] == "linear" for p in self.program):
+        if not any(step[0] == "linear" for step in self.program):  # convert needs a layer to fix the width
             self.layers.append(torch.nn.Linear(widths[-1], d))
             self.program.append(("linear", len(widths) - 1, len(self.layers) - 1))
             widths.append(d)
