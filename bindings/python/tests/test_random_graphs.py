@@ -5,7 +5,9 @@ The targeted tests check each fusion rule on the graph it was written for; this 
 no one wrote by hand (values used twice, outputs that are also intermediates, activations between
 gated and residual patterns, broadcasts, batches, nn.Linear and [in, out] weights, constants and
 bound weights, dynamic extents run below their bound) so that a rule firing where it must not shows
-up as a wrong number. Each seed is one graph; GE2_RANDOM_GRAPHS=<count> runs more of them.
+up as a wrong number. Each plan runs twice, the second time on inputs changed in place (and on CUDA
+sometimes as the replay of the CUDA graph the first execution recorded). Each seed is one graph;
+GE2_RANDOM_GRAPHS=<count> runs more of them.
 """
 import math
 import os
@@ -280,27 +282,39 @@ class TorchArrays:
 def test_random_graph_matches_fp64_with_and_without_fusion(context, library, seed):
     g, outputs = _build(seed)
     extent = int(g.rng.integers(1, (g.batch or g.rows) + 1)) if g.dynamic else None
+    # Drawn apart from the graph's generator, so that a seed names the same graph as before.
+    replay_draws = np.random.default_rng(5000 + seed)
     feeds = {}
     for name, array in g.inputs.items():
         dynamic = g.dynamic and name.startswith("x")
         feeds[name] = array[:extent] if dynamic else array  # a view: padded rows keep their strides
-    want = g.evaluate(feeds)
     arrays_of = TorchArrays(context.device) if library == "torch" else None
     for fuse in (True, False):
-        plan = g.graph.compile(context, fuse=fuse)
+        # graph_replay (CUDA): the second execution replays the graph the first recorded, on
+        # inputs whose values changed in place.
+        replay = bool(replay_draws.random() < 0.3)
+        plan = g.graph.compile(context, fuse=fuse, graph_replay=replay)
         if arrays_of is None:
             arrays = dict(feeds)
-            for i in outputs:  # poisoned: every element must be written
-                arrays[f"y{i}"] = np.full(want[i].shape, np.nan, dtype=g.dtype)
         else:
             arrays = {name: arrays_of.tensor(array) for name, array in feeds.items()}
+        for run in range(2):
+            want = g.evaluate(feeds)
+            for i in outputs:  # poisoned: every element must be written
+                if arrays_of is None:
+                    arrays[f"y{i}"] = np.full(want[i].shape, np.nan, dtype=g.dtype)
+                else:
+                    arrays[f"y{i}"] = arrays_of.output(want[i].shape, g.dtype)
+            plan.execute(arrays)
             for i in outputs:
-                arrays[f"y{i}"] = arrays_of.output(want[i].shape, g.dtype)
-        plan.execute(arrays)
-        for i in outputs:
-            got = arrays[f"y{i}"] if arrays_of is None else arrays_of.to_numpy(arrays[f"y{i}"], g.dtype)
-            error = rel_error(got, want[i])
-            assert error <= BOUND[g.dtype], (
-                f"seed {seed} fuse={fuse} output y{i} ({g.dtype.__name__}, extent {extent}): relative error "
-                f"{error:.3g}; graph {[str(op[0]) for _, _, _, op in g.values]}, "
-                f"steps {[s.get('kernel', s.get('op')) for s in plan.describe().get('steps', [])]}")
+                got = arrays[f"y{i}"] if arrays_of is None else arrays_of.to_numpy(arrays[f"y{i}"], g.dtype)
+                error = rel_error(got, want[i])
+                assert error <= BOUND[g.dtype], (
+                    f"seed {seed} fuse={fuse} graph_replay={replay} execution {run + 1} output y{i} "
+                    f"({g.dtype.__name__}, extent {extent}): relative error {error:.3g}; graph "
+                    f"{[str(op[0]) for _, _, _, op in g.values]}, "
+                    f"steps {[s.get('kernel', s.get('op')) for s in plan.describe().get('steps', [])]}")
+            for name, array in feeds.items():  # new values, same memory: exact in every dtype
+                array *= -1  # np.negative(out=) on an [N, 1] view with padded rows wrote NaN (NumPy 2.4.6)
+                if arrays_of is not None:
+                    arrays[name].neg_()
