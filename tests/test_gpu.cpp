@@ -602,6 +602,40 @@ TEST_CASE("gpu: device out of memory is GE2_ERROR_OUT_OF_MEMORY and the context 
   CHECK(run_gemm_case(context.get(), memory, c).error <= 1e-2);
 }
 
+TEST_CASE(
+    "gpu: a GEMM whose weight rows are less aligned than an earlier one of the same shape gets "
+    "an algorithm valid for its own layout") {
+  // Found by the random-graph test: the algorithm chosen for a bf16 [N, K] weight
+  // with 44-byte rows was reused for the same GEMM with 46-byte rows, which
+  // cuBLASLt refused at the call (CUBLAS_STATUS_NOT_SUPPORTED).
+  struct Layouts {
+    ge2_dtype_t dtype;
+    std::int64_t m, n, k;
+    bool trans_b;
+    std::int64_t first_pad, second_pad;
+  };
+  for (const Layouts& l : {Layouts{GE2_DTYPE_BF16, 27, 6, 22, true, 0, 1},
+                           Layouts{GE2_DTYPE_BF16, 39, 10, 36, false, 0, 3},
+                           Layouts{GE2_DTYPE_BF16, 22, 168, 10, false, 0, 3},
+                           Layouts{GE2_DTYPE_F16, 11, 224, 14, false, 0, 1},
+                           Layouts{GE2_DTYPE_BF16, 5, 56, 8, true, 6, 5}}) {
+    auto context = make_context(GE2_DEVICE_CUDA);  // one algorithm cache for both GEMMs
+    DeviceMemory memory;
+    for (const std::int64_t pad : {l.first_pad, l.second_pad}) {
+      GemmCase c;
+      c.dtype = l.dtype;
+      c.m = l.m;
+      c.n = l.n;
+      c.k = l.k;
+      c.trans_b = l.trans_b;
+      c.pad_ldb = pad;
+      c.alpha = -0.5f;
+      CAPTURE(c.label());
+      CHECK(run_gemm_case(context.get(), memory, c).error <= tolerance(l.dtype));
+    }
+  }
+}
+
 TEST_CASE("gpu: pointers at odd offsets take an algorithm chosen for their alignment") {
   auto context = make_context(GE2_DEVICE_CUDA);
   const std::int64_t m = 96, n = 80, k = 72;

@@ -76,6 +76,30 @@ TEST_CASE("selector: unaligned leading dimensions are detected") {
   CHECK(is_tensor_core_aligned(problem(DType::F32, 64, 4, 4)));
 }
 
+TEST_CASE("selector: a layout's alignment is the largest power of two dividing every stride") {
+  CHECK(layout_alignment_bytes(problem(DType::F16, 64, 64, 64)) == 16);
+  // bf16 rows of 22 elements (44 bytes) and of 23 (46): the two must not share an algorithm.
+  GemmProblem p = problem(DType::BF16, 27, 6, 22);
+  p.a.row_stride = 22;
+  p.b = {1, 6, 22, 0, 22, 1};
+  p.d.row_stride = 8;
+  CHECK(layout_alignment_bytes(p) == 4);
+  p.b.row_stride = 23;
+  CHECK(layout_alignment_bytes(p) == 2);
+  GemmProblem f32 = problem(DType::F32, 8, 6, 8);  // D rows of 24 bytes
+  CHECK(layout_alignment_bytes(f32) == 8);
+  f32.has_c = true;
+  f32.c = {1, 8, 6, 0, 7, 1};  // C rows of 28 bytes
+  CHECK(layout_alignment_bytes(f32) == 4);
+  f32.batch = 2;
+  f32.d.batch_stride = 50;  // 200 bytes: no narrower than C's rows
+  CHECK(layout_alignment_bytes(f32) == 4);
+  f32.a.batch_stride = 65;  // 260 bytes
+  CHECK(layout_alignment_bytes(f32) == 4);
+  f32.a.batch_stride = 1;  // one element: the dtype's size
+  CHECK(layout_alignment_bytes(f32) == 4);
+}
+
 TEST_CASE("selector: measured times outrank the model, and forcing is checked") {
   const GemmProblem p = problem(DType::F16, 4096, 4096, 4096);
   MeasuredTime measured = [](KernelId id, const GemmProblem&) -> std::optional<double> {

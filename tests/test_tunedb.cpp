@@ -227,6 +227,12 @@ TEST_CASE("tune keys: sizes, effective operand order, epilogue and alignment cla
   odd.b = {1, 255, 128, 0, 128, 1};
   CHECK(make_tune_key(odd, KernelId::LtF16, synthetic_h200()).signature.find("align=2") !=
         std::string::npos);
+  // B's and D's rows of 252 bytes: aligned to 4, a key of its own (rows of 510 bytes are 2).
+  odd.a.row_stride = 256;
+  odd.b.row_stride = 126;
+  odd.d.row_stride = 126;
+  CHECK(make_tune_key(odd, KernelId::LtF16, synthetic_h200()).signature.find("align=4") !=
+        std::string::npos);
   GemmProblem gated = p;
   gated.act = Activation::None;
   gated.gated = GatedOutput{Activation::Silu, {1, 64, 64, 0, 64, 1}};

@@ -336,6 +336,20 @@ bool is_tensor_core_aligned(const GemmProblem& p) {
   return aligned(p.a, true) && aligned(p.b, true) && aligned(p.d, true) && aligned(p.c, p.has_c);
 }
 
+std::int64_t layout_alignment_bytes(const GemmProblem& p) {
+  const auto element = static_cast<std::int64_t>(dtype_size(p.dtype));
+  std::int64_t alignment = 16;
+  auto narrow_to = [&](std::int64_t elements) {
+    while (alignment > element && (elements * element) % alignment != 0) alignment /= 2;
+  };
+  for (const MatrixView* v : {&p.a, &p.b, &p.d, p.has_c ? &p.c : nullptr}) {
+    if (v == nullptr) continue;
+    narrow_to(v->col_stride == 1 ? v->row_stride : v->col_stride);
+    narrow_to(v->batch_stride);
+  }
+  return alignment;
+}
+
 Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& device,
                              const SelectionPolicy& policy, const MeasuredTime& measured,
                              std::span<const KernelId> offered) {

@@ -89,6 +89,9 @@ std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& 
 GemmProblem fold_batch_into_m(const GemmProblem& problem);
 // Whether every leading dimension and batch stride is a multiple of 16 bytes.
 bool is_tensor_core_aligned(const GemmProblem& problem);
+// The largest power of two, at most 16, dividing every leading dimension and batch
+// stride in bytes: cuBLASLt algorithms valid for one value may refuse a smaller one.
+std::int64_t layout_alignment_bytes(const GemmProblem& problem);
 // The aligned problem a staged cuBLASLt step runs: op(A) as row-major [M, Kp],
 // op(B) as [Kp, Np], D as [M, Np], with K and N rounded up to 16 bytes of elements.
 GemmProblem staged_problem(const GemmProblem& problem);

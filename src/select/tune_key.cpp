@@ -25,10 +25,10 @@ TuneKey make_tune_key(const GemmProblem& p, KernelId kernel, const DeviceInfo& d
   key.device = device_key(device);
   key.cublaslt_version = static_cast<std::int64_t>(device.cublaslt_version);
   key.kernel = std::string(kernel_name(kernel));
-  key.signature = fmt::format(
-      "{} op={}{} bias={} act={} c={} align={}", dtype_name(p.dtype), effective_op(p.a, p.trans_a),
-      effective_op(p.b, p.trans_b), p.has_bias ? 1 : 0, activation_name(p.act), p.has_c ? 1 : 0,
-      is_tensor_core_aligned(p) ? 16 : static_cast<int>(dtype_size(p.dtype)));
+  key.signature =
+      fmt::format("{} op={}{} bias={} act={} c={} align={}", dtype_name(p.dtype),
+                  effective_op(p.a, p.trans_a), effective_op(p.b, p.trans_b), p.has_bias ? 1 : 0,
+                  activation_name(p.act), p.has_c ? 1 : 0, layout_alignment_bytes(p));
   // A gated unit's time (the multiply in the GEMM's epilogue) is not the plain GEMM's.
   if (p.gated) key.signature += fmt::format(" gated={}", activation_name(p.gated->act));
   key.m = p.m;

@@ -114,6 +114,8 @@ AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key, TuneDb::R
 
 AlgoChoice AlgoChooser::choose(LtMatmul& matmul, TuneUse tune, const GemmProblem* gated_form) {
   const TuneKey key = make_tune_key(matmul.problem(), matmul.kernel(), device_);
+  // The key holds the layout's exact alignment: an algorithm chosen for bf16 rows
+  // of 44 bytes is refused at the call for rows of 46 (CUBLAS_STATUS_NOT_SUPPORTED).
   const std::string text = key.to_string();
   std::lock_guard lock(mutex_);  // also makes tuning of one key happen once per process
   if (auto it = choices_.find(text); it != choices_.end()) return it->second;
