@@ -61,7 +61,7 @@ for mode in $modes; do
     note "gpu tests ($cases cases): $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_tests.log" | tr '\n' ' ')"
     GE2_TUNEDB= "$BUILD/samples/ge2_mlp" > "$OUT/mlp.log" 2>&1
     note "sample mlp: $(tail -1 "$OUT/mlp.log")"
-    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python python3 -m pytest -q -rs \
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python python3 -m pytest -q -rs ${PYTEST_ARGS:-} \
       "$ROOT/bindings/python/tests" > "$OUT/pytest.log" 2>&1
     note "python binding (pytest): $(tail -1 "$OUT/pytest.log")"
     ;;&
@@ -84,7 +84,7 @@ for mode in $modes; do
     # The reliability cases of the GPU tests under memcheck, and the one-shot
     # plan cache's hit and miss cost on the device.
     compute-sanitizer --tool memcheck --error-exitcode 3 "$BUILD/tests/ge2_gpu_tests" \
-      -tc='*tuning database*,*device memory is refused*,*captured into the caller*' > "$OUT/sanitizer-reliability.log" 2>&1
+      -tc='*tuning database*,*device memory is refused*,*captured into the caller*,*captured one after the other*' > "$OUT/sanitizer-reliability.log" 2>&1
     note "compute-sanitizer memcheck (reliability cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-reliability.log" | tail -1))"
     "$BUILD/bench/bench_one_shot_cache" --json "$OUT/one_shot_cache.json" 2>&1 | tee "$OUT/one_shot_cache.log"
     note "one-shot cache: $(tr '\n' ';' < "$OUT/one_shot_cache.log" | cut -c1-400)"
