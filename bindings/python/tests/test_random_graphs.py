@@ -33,6 +33,15 @@ except ImportError:
     DTYPES = [np.float16, np.float32]
 
 
+# The kernels a CUDA plan may be forced onto, by dtype (the ones that cannot run a GEMM refuse it).
+FORCED = {np.float16: ["lt_f16", "cutlass_f16_128x256", "cutlass_f16_64x128", "cutlass_f16_128x128",
+                       "cuda_f32", "cuda_skinny"],
+          np.float32: ["lt_f32", "lt_tf32", "cuda_f32", "cuda_skinny"]}
+if len(DTYPES) == 3:
+    FORCED[DTYPES[2]] = ["lt_bf16", "cutlass_bf16_128x256", "cutlass_bf16_64x128", "cutlass_bf16_128x128",
+                         "cuda_f32", "cuda_skinny"]
+
+
 class RandomGraph:
     """Builds a ge2.Graph and, beside it, the list of operations an fp64 evaluation replays."""
 
@@ -289,11 +298,21 @@ def test_random_graph_matches_fp64_with_and_without_fusion(context, library, see
         dynamic = g.dynamic and name.startswith("x")
         feeds[name] = array[:extent] if dynamic else array  # a view: padded rows keep their strides
     arrays_of = TorchArrays(context.device) if library == "torch" else None
-    for fuse in (True, False):
+    variants = [(True, None), (False, None)]
+    if context.device == "cuda":  # every GEMM forced onto one family: it runs them right or refuses
+        variants.append((bool(replay_draws.random() < 0.5), str(replay_draws.choice(FORCED[g.dtype]))))
+    for fuse, forced in variants:
         # graph_replay (CUDA): the second execution replays the graph the first recorded, on
         # inputs whose values changed in place.
         replay = bool(replay_draws.random() < 0.3)
-        plan = g.graph.compile(context, fuse=fuse, graph_replay=replay)
+        try:
+            plan = g.graph.compile(context, fuse=fuse, graph_replay=replay, force_kernel=forced,
+                                   allow_tf32=forced == "lt_tf32")
+        except ge2.UnsupportedError as e:
+            # A GEMM the kernel cannot run, or a build without that family: refused with its reason.
+            assert forced is not None and f"kernel '{forced}' was forced but" in str(e), str(e)
+            continue
+        bound = 1.5e-2 if forced == "lt_tf32" else BOUND[g.dtype]  # TF32 keeps f16's 10-bit mantissa
         if arrays_of is None:
             arrays = dict(feeds)
         else:
@@ -309,8 +328,8 @@ def test_random_graph_matches_fp64_with_and_without_fusion(context, library, see
             for i in outputs:
                 got = arrays[f"y{i}"] if arrays_of is None else arrays_of.to_numpy(arrays[f"y{i}"], g.dtype)
                 error = rel_error(got, want[i])
-                assert error <= BOUND[g.dtype], (
-                    f"seed {seed} fuse={fuse} graph_replay={replay} execution {run + 1} output y{i} "
+                assert error <= bound, (
+                    f"seed {seed} fuse={fuse} forced={forced} graph_replay={replay} execution {run + 1} output y{i} "
                     f"({g.dtype.__name__}, extent {extent}): relative error {error:.3g}; graph "
                     f"{[str(op[0]) for _, _, _, op in g.values]}, "
                     f"steps {[s.get('kernel', s.get('op')) for s in plan.describe().get('steps', [])]}")
