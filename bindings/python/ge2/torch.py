@@ -295,7 +295,9 @@ class _Recipe:
 
 
 _SUPPORTED = ("nn.Linear, nn.ReLU, nn.GELU, nn.SiLU, nn.Identity, nn.Dropout (eval), F.linear, F.relu, F.gelu, "
-              "F.silu, .relu(), and + or * (.add, .mul) between two values of one shape")
+              "F.silu, .relu(), + or * (.add, .mul) between two values of one shape, modules without parameters "
+              "that compute one of those activations elementwise, and modules with a 2-D weight (and 1-D bias) that "
+              "compute x @ weight.T + bias or x @ weight + bias (GPT-2's Conv1D)")
 
 
 def _refused(what: str, node) -> Exception:
@@ -309,6 +311,64 @@ _ADDS = (operator.add, operator.iadd, torch.add)
 _MULS = (operator.mul, operator.imul, torch.mul)
 _METHODS = {"relu": F.relu, "relu_": F.relu, "add": operator.add, "add_": operator.add, "mul": operator.mul,
             "mul_": operator.mul}
+
+
+_PROBE_ACTS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
+               "silu": F.silu}
+
+
+def _probed_activation(m: torch.nn.Module) -> Optional[str]:
+    """The activation a parameter-free module computes (as Hugging Face's NewGELUActivation computes
+    GELU's tanh form from tanh and pow), found by evaluating it in float64 against each of ge2's on a
+    spread of values and on a 3-D tensor (elementwise, shape kept); None if none matches."""
+    if any(True for _ in m.children()) or any(True for _ in m.parameters()) or any(True for _ in m.buffers()):
+        return None
+    line = torch.linspace(-12.0, 12.0, 4801, dtype=torch.float64)
+    cube = torch.randn(2, 3, 17, dtype=torch.float64, generator=torch.Generator().manual_seed(7)) * 4
+    try:
+        with torch.no_grad():
+            outputs = [(m(line.clone()), line), (m(cube.clone()), cube)]
+    except Exception:  # not a one-tensor elementwise function
+        return None
+    for name, act in _PROBE_ACTS.items():
+        if all(isinstance(y, Tensor) and y.shape == x.shape and y.dtype == x.dtype and
+               torch.allclose(y, act(x), rtol=1e-6, atol=1e-9) for y, x in outputs):
+            return name
+    return None
+
+
+def _probed_linear(m: torch.nn.Module) -> Optional[tuple]:
+    """(weight as [out, in], bias) for a module that is a linear map of its last dimension through
+    its own `weight` [out, in] or [in, out] and optional `bias` [out] (GPT-2's Conv1D computes
+    addmm(bias, x, weight) on a weight [in, out]), found by evaluating it on random rows in its
+    dtype and device; None otherwise."""
+    if isinstance(m, torch.nn.Linear) or any(True for _ in m.children()) or any(True for _ in m.buffers()):
+        return None
+    params = dict(m.named_parameters(recurse=False))
+    weight, bias = params.get("weight"), params.get("bias")
+    if weight is None or set(params) - {"weight", "bias"} or weight.dim() != 2 or (bias is not None and bias.dim() != 1):
+        return None
+    tolerance = 1e-5 if weight.dtype in (torch.float32, torch.float64) else 2e-2
+    found = []
+    try:
+        with torch.no_grad():
+            w = weight.detach().float()  # the reference in float32 on the weight's device
+            for nk in (w, w.t()):  # the weight as [out, in], or transposed into it
+                x = torch.randn(2, 3, nk.shape[1], generator=torch.Generator().manual_seed(11))
+                x = x.to(device=weight.device, dtype=weight.dtype)
+                try:
+                    y = m(x)
+                except Exception:  # not this layout's input width, or not a function of one tensor
+                    continue
+                want = x.float() @ nk.t() + (0 if bias is None else bias.detach().float())
+                if isinstance(y, Tensor) and y.shape == want.shape and \
+                        (y.float() - want).norm().item() <= tolerance * want.norm().item():
+                    found.append(nk is w)
+    except Exception:  # weights ge2 could not read either (meta tensors, other dtypes)
+        return None
+    if len(found) != 1:  # neither layout, or both (a weight the probe cannot tell apart)
+        return None
+    return (weight if found[0] else weight.t()).detach().contiguous(), bias
 
 
 def _infer_widths(r: _Recipe, fixed: dict) -> None:
@@ -337,8 +397,25 @@ def _infer_widths(r: _Recipe, fixed: dict) -> None:
 def _trace(module: torch.nn.Module) -> _Recipe:
     import torch.fx
 
+    # Modules that are neither torch.nn's nor containers, recognized by evaluating them (before
+    # tracing: a module called while fx traces would be traced): path -> ("act", name) or
+    # ("linear", weight [out, in], bias).
+    plain = torch.fx.Tracer()
+    recognized = {}
+    for path, m in module.named_modules():
+        if path and not plain.is_leaf_module(m, path):
+            act = _probed_activation(m)
+            linear = None if act is not None else _probed_linear(m)
+            if act is not None or linear is not None:
+                recognized[path] = ("act", act) if act is not None else ("linear", *linear)
+
+    class Tracer(torch.fx.Tracer):
+        def is_leaf_module(self, m, path):
+            return path in recognized or super().is_leaf_module(m, path)
+
+    tracer = Tracer()
     try:
-        traced = torch.fx.symbolic_trace(module)
+        traced = torch.fx.GraphModule(module, tracer.trace(module))
     except Exception as e:  # data-dependent control flow and the like
         raise invalid("ge2.torch.convert", f"torch.fx cannot trace the module ({type(e).__name__}: {e})") from e
     r = _Recipe()
@@ -383,7 +460,12 @@ def _trace(module: torch.nn.Module) -> _Recipe:
             params[node] = operator.attrgetter(node.target)(traced)
         elif node.op == "call_module":
             sub = traced.get_submodule(node.target)
-            if isinstance(sub, torch.nn.Linear):
+            found = recognized.get(node.target)
+            if found is not None and found[0] == "act":
+                r.steps.append(("act", node.name, new_slot(node), value_of(node.args[0], node), found[1]))
+            elif found is not None:
+                linear_step(node, node.args[0], found[1], found[2], node.target)
+            elif isinstance(sub, torch.nn.Linear):
                 linear_step(node, node.args[0], sub.weight, sub.bias, node.target)
             elif type(sub) in _MODULE_ACTS:
                 src = value_of(node.args[0], node)

@@ -96,6 +96,61 @@ class Sigmoid(torch.nn.Module):
         return self.fc(x).sigmoid()
 
 
+class NewGELU(torch.nn.Module):  # GELU's tanh form written out, as transformers' "gelu_new"
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class FastGELU(torch.nn.Module):  # transformers' "gelu_fast": the same function, rounded constant
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x)))
+
+
+class SwishWrittenOut(torch.nn.Module):
+    def forward(self, x):
+        return x * torch.sigmoid(x)
+
+
+class QuickGELU(torch.nn.Module):  # x * sigmoid(1.702 x): none of ge2's activations
+    def forward(self, x):
+        return x * torch.sigmoid(1.702 * x)
+
+
+class Conv1D(torch.nn.Module):  # GPT-2's linear layer: weight [in, out], addmm on flattened rows
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.nf = nf
+        self.weight = torch.nn.Parameter(torch.empty(nx, nf))
+        self.bias = torch.nn.Parameter(torch.empty(nf))
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.nf,)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+
+class GPT2MLP(torch.nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.c_fc, self.c_proj = Conv1D(h, d), Conv1D(d, h)
+        self.act, self.dropout = NewGELU(), torch.nn.Dropout(0.1)
+
+    def forward(self, hidden_states):
+        return self.dropout(self.c_proj(self.act(self.c_fc(hidden_states))))
+
+
+class GatedFastGelu(torch.nn.Module):  # T5's gated-GELU feed-forward, a square Conv1D in front
+    def __init__(self, d, h):
+        super().__init__()
+        self.square = Conv1D(d, d)  # [d, d]: either layout fits; the probe must tell them apart
+        self.wi_0, self.wi_1 = torch.nn.Linear(d, h, bias=False), torch.nn.Linear(d, h, bias=False)
+        self.wo, self.act = torch.nn.Linear(h, d, bias=False), FastGELU()
+
+    def forward(self, x):
+        x = self.square(x)
+        return self.wo(self.act(self.wi_0(x)) * self.wi_1(x))
+
+
 def blocks(d, h):
     return {
         "sequential_gelu": torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.GELU(), torch.nn.Dropout(0.1),
@@ -107,6 +162,9 @@ def blocks(d, h):
         "llama_mlp": LlamaMLP(d, h),
         "functional": FunctionalLinear(d, h),
         "methods": MethodStyle(d, h),
+        "gpt2_mlp": GPT2MLP(d, h),
+        "gated_fast_gelu": GatedFastGelu(d, h),
+        "swish_written_out": torch.nn.Sequential(torch.nn.Linear(d, h), SwishWrittenOut(), torch.nn.Linear(h, d)),
     }
 
 
@@ -384,6 +442,17 @@ def test_bad_modules_and_inputs_are_refused():
         gt.convert(Norm())
     with pytest.raises(ge2.InvalidArgumentError, match="method 'sigmoid' at node 'sigmoid' is not supported"):
         gt.convert(Sigmoid())
+    # A module recognized by evaluating it must compute one of ge2's activations: QuickGELU is
+    # traced into, and its first unsupported operation named.
+    with pytest.raises(ge2.InvalidArgumentError, match="argument 1.702 at node 'mul' is not supported"):
+        gt.convert(torch.nn.Sequential(torch.nn.Linear(8, 8), QuickGELU()))
+
+    class ScaledConv1D(Conv1D):  # a weight and a bias, but not x @ weight + bias
+        def forward(self, x):
+            return 2 * super().forward(x)
+
+    with pytest.raises(ge2.InvalidArgumentError, match="is not supported"):
+        gt.convert(torch.nn.Sequential(ScaledConv1D(8, 8), torch.nn.Linear(8, 8)))
     with pytest.raises(ge2.InvalidArgumentError, match="a second input"):
         gt.convert(torch.nn.Bilinear(4, 4, 4))
     with pytest.raises(ge2.InvalidArgumentError, match="widths"):
