@@ -622,14 +622,13 @@ TEST_CASE(
     auto context = make_context(GE2_DEVICE_CUDA);  // one algorithm cache for both GEMMs
     DeviceMemory memory;
     for (const std::int64_t pad : {l.first_pad, l.second_pad}) {
-      GemmCase c;
-      c.dtype = l.dtype;
-      c.m = l.m;
-      c.n = l.n;
-      c.k = l.k;
-      c.trans_b = l.trans_b;
-      c.pad_ldb = pad;
-      c.alpha = -0.5f;
+      const GemmCase c{.dtype = l.dtype,
+                       .m = l.m,
+                       .n = l.n,
+                       .k = l.k,
+                       .trans_b = l.trans_b,
+                       .pad_ldb = pad,
+                       .alpha = -0.5f};
       CAPTURE(c.label());
       CHECK(run_gemm_case(context.get(), memory, c).error <= tolerance(l.dtype));
     }
