@@ -461,6 +461,9 @@ def _trace(module: torch.nn.Module) -> _Recipe:
         elif node.op == "call_module":
             sub = traced.get_submodule(node.target)
             found = recognized.get(node.target)
+            if found is not None and (len(node.args) != 1 or node.kwargs):  # evaluated on one tensor only
+                raise _refused(f"module '{node.target}' ({type(sub).__name__}) called with arguments "
+                               f"{node.args[1:]} {node.kwargs}", node)
             if found is not None and found[0] == "act":
                 r.steps.append(("act", node.name, new_slot(node), value_of(node.args[0], node), found[1]))
             elif found is not None:

@@ -453,6 +453,21 @@ def test_bad_modules_and_inputs_are_refused():
 
     with pytest.raises(ge2.InvalidArgumentError, match="is not supported"):
         gt.convert(torch.nn.Sequential(ScaledConv1D(8, 8), torch.nn.Linear(8, 8)))
+
+    class Scalable(torch.nn.Module):  # recognized as SiLU with its default, called with another
+        def forward(self, x, scale=1.0):
+            return scale * x * torch.sigmoid(x)
+
+    class CallsScalable(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.act = torch.nn.Linear(8, 8), Scalable()
+
+        def forward(self, x):
+            return self.act(self.fc(x), scale=2.0)
+
+    with pytest.raises(ge2.InvalidArgumentError, match=r"module 'act' \(Scalable\) called with arguments"):
+        gt.convert(CallsScalable())
     with pytest.raises(ge2.InvalidArgumentError, match="a second input"):
         gt.convert(torch.nn.Bilinear(4, 4, 4))
     with pytest.raises(ge2.InvalidArgumentError, match="widths"):
