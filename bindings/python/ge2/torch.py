@@ -404,8 +404,11 @@ def _trace(module: torch.nn.Module) -> _Recipe:
     recognized = {}
     for path, m in module.named_modules():
         if path and not plain.is_leaf_module(m, path):
-            act = _probed_activation(m)
-            linear = None if act is not None else _probed_linear(m)
+            try:
+                act = _probed_activation(m)
+                linear = None if act is not None else _probed_linear(m)
+            except Exception:  # parameters it cannot describe (uninitialized, sparse): traced as it is
+                act = linear = None
             if act is not None or linear is not None:
                 recognized[path] = ("act", act) if act is not None else ("linear", *linear)
 
