@@ -324,18 +324,6 @@ std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& 
   return "";
 }
 
-bool is_tensor_core_aligned(const GemmProblem& p) {
-  const std::int64_t elements_per_16b = 16 / static_cast<std::int64_t>(dtype_size(p.dtype));
-  auto aligned = [&](const MatrixView& v, bool used) {
-    if (!used) return true;
-    const std::int64_t ld = v.col_stride == 1 ? v.row_stride : v.col_stride;
-    const std::int64_t inner = v.col_stride == 1 ? v.cols : v.rows;
-    return (ld % elements_per_16b == 0 || (ld == inner && inner % elements_per_16b == 0)) &&
-           v.batch_stride % elements_per_16b == 0;
-  };
-  return aligned(p.a, true) && aligned(p.b, true) && aligned(p.d, true) && aligned(p.c, p.has_c);
-}
-
 std::int64_t layout_alignment_bytes(const GemmProblem& p) {
   const auto element = static_cast<std::int64_t>(dtype_size(p.dtype));
   std::int64_t alignment = 16;
@@ -349,6 +337,8 @@ std::int64_t layout_alignment_bytes(const GemmProblem& p) {
   }
   return alignment;
 }
+
+bool is_tensor_core_aligned(const GemmProblem& p) { return layout_alignment_bytes(p) == 16; }
 
 Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& device,
                              const SelectionPolicy& policy, const MeasuredTime& measured,
