@@ -325,11 +325,8 @@ def _probed_activation(m: torch.nn.Module) -> Optional[str]:
         return None
     line = torch.linspace(-12.0, 12.0, 4801, dtype=torch.float64)
     cube = torch.randn(2, 3, 17, dtype=torch.float64, generator=torch.Generator().manual_seed(7)) * 4
-    try:
-        with torch.no_grad():
-            outputs = [(m(line.clone()), line), (m(cube.clone()), cube)]
-    except Exception:  # not a one-tensor elementwise function
-        return None
+    with torch.no_grad():  # a module that is not a function of one tensor raises: _trace catches it
+        outputs = [(m(line.clone()), line), (m(cube.clone()), cube)]
     for name, act in _PROBE_ACTS.items():
         if all(isinstance(y, Tensor) and y.shape == x.shape and y.dtype == x.dtype and
                torch.allclose(y, act(x), rtol=1e-6, atol=1e-9) for y, x in outputs):
@@ -341,7 +338,7 @@ def _probed_linear(m: torch.nn.Module) -> Optional[tuple]:
     """(weight as [out, in], bias) for a module that is a linear map of its last dimension through
     its own `weight` [out, in] or [in, out] and optional `bias` [out] (GPT-2's Conv1D computes
     addmm(bias, x, weight) on a weight [in, out]), found by evaluating it on random rows in its
-    dtype and device; None otherwise."""
+    dtype and device; None otherwise (subclasses of nn.Linear are traced into: F.linear)."""
     if isinstance(m, torch.nn.Linear) or any(True for _ in m.children()) or any(True for _ in m.buffers()):
         return None
     params = dict(m.named_parameters(recurse=False))
@@ -350,22 +347,19 @@ def _probed_linear(m: torch.nn.Module) -> Optional[tuple]:
         return None
     tolerance = 1e-5 if weight.dtype in (torch.float32, torch.float64) else 2e-2
     found = []
-    try:
-        with torch.no_grad():
-            w = weight.detach().float()  # the reference in float32 on the weight's device
-            for nk in (w, w.t()):  # the weight as [out, in], or transposed into it
-                x = torch.randn(2, 3, nk.shape[1], generator=torch.Generator().manual_seed(11))
-                x = x.to(device=weight.device, dtype=weight.dtype)
-                try:
-                    y = m(x)
-                except Exception:  # not this layout's input width, or not a function of one tensor
-                    continue
-                want = x.float() @ nk.t() + (0 if bias is None else bias.detach().float())
-                if isinstance(y, Tensor) and y.shape == want.shape and \
-                        (y.float() - want).norm().item() <= tolerance * want.norm().item():
-                    found.append(nk is w)
-    except Exception:  # weights ge2 could not read either (meta tensors, other dtypes)
-        return None
+    with torch.no_grad():  # weights it cannot read (meta tensors, other dtypes) raise: _trace catches it
+        w = weight.detach().float()  # the reference in float32 on the weight's device
+        for nk in (w, w.t()):  # the weight as [out, in], or transposed into it
+            x = torch.randn(2, 3, nk.shape[1], generator=torch.Generator().manual_seed(11))
+            x = x.to(device=weight.device, dtype=weight.dtype)
+            try:
+                y = m(x)
+            except Exception:  # not this layout's input width, or not a function of one tensor
+                continue
+            want = x.float() @ nk.t() + (0 if bias is None else bias.detach().float())
+            if isinstance(y, Tensor) and y.shape == want.shape and \
+                    (y.float() - want).norm().item() <= tolerance * want.norm().item():
+                found.append(nk is w)
     if len(found) != 1:  # neither layout, or both (a weight the probe cannot tell apart)
         return None
     return (weight if found[0] else weight.t()).detach().contiguous(), bias
@@ -407,7 +401,7 @@ def _trace(module: torch.nn.Module) -> _Recipe:
             try:
                 act = _probed_activation(m)
                 linear = None if act is not None else _probed_linear(m)
-            except Exception:  # parameters it cannot describe (uninitialized, sparse): traced as it is
+            except Exception:  # not a function of one tensor, or parameters it cannot read: traced as it is
                 act = linear = None
             if act is not None or linear is not None:
                 recognized[path] = ("act", act) if act is not None else ("linear", *linear)
