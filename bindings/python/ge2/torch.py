@@ -295,9 +295,10 @@ class _Recipe:
 
 
 _SUPPORTED = ("nn.Linear, nn.ReLU, nn.GELU, nn.SiLU, nn.Identity, nn.Dropout (eval), F.linear, F.relu, F.gelu, "
-              "F.silu, .relu(), + or * (.add, .mul) between two values of one shape, modules without parameters "
-              "that compute one of those activations elementwise, and modules with a 2-D weight (and 1-D bias) that "
-              "compute x @ weight.T + bias or x @ weight + bias (GPT-2's Conv1D)")
+              "F.silu, .relu(), + or * (.add, .mul) between two values of one shape, chunk / split / [..., a:b] "
+              "of a linear layer's output along dim=-1, elementwise code or modules without parameters that "
+              "compute one of those activations, and modules with a 2-D weight (and 1-D bias) that compute "
+              "x @ weight.T + bias or x @ weight + bias (GPT-2's Conv1D)")
 
 
 def _refused(what: str, node) -> Exception:
@@ -313,25 +314,69 @@ _METHODS = {"relu": F.relu, "relu_": F.relu, "add": operator.add, "add_": operat
             "mul_": operator.mul}
 
 
+_SPLITS = {"chunk": torch.chunk, "split": torch.split}  # method -> the function it is
+
+
+class _Name:  # a node shown by its name in a refusal's text
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+def _call_text(n) -> str:
+    """`callee(arg, ...)` of an fx call node, its node arguments by name."""
+    callee = n.target if n.op == "call_method" else getattr(n.target, "__name__", str(n.target))
+    args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: _Name(a.name))
+    return f"{callee}({', '.join([repr(a) for a in args] + [f'{k}={v!r}' for k, v in kwargs.items()])})"
+
+
+def _split_ranges(node, callee: str, args: tuple, kwargs: dict, width: int) -> list:
+    """The column ranges [start, stop) of the pieces `chunk` or `split` cuts a value of `width`
+    columns into along its last dimension (as torch.chunk and torch.split cut them)."""
+    names = ("chunks",) if callee == "chunk" else ("split_size", "split_size_or_sections")
+    pieces = args[0] if args else next((kwargs[k] for k in names if k in kwargs), None)
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    if dim != -1:
+        raise _refused(f"'{callee}' along dimension {dim!r} (ge2 cuts a linear layer's output along its last "
+                       f"dimension, dim=-1)", node)
+    if isinstance(pieces, (list, tuple)) and callee == "split":
+        if not all(isinstance(n, int) and n >= 0 for n in pieces) or sum(pieces) != width:
+            raise _refused(f"'split' into sections {list(pieces)} of a value of width {width}", node)
+        stops = [sum(pieces[:i + 1]) for i in range(len(pieces))]
+        return [(stop - n, stop) for n, stop in zip(pieces, stops)]
+    if not isinstance(pieces, int) or isinstance(pieces, bool) or pieces < 1:
+        raise _refused(f"'{callee}' into {pieces!r}", node)
+    size = -(-width // pieces) if callee == "chunk" else pieces
+    return [(start, min(start + size, width)) for start in range(0, width, size)]
+
+
 _PROBE_ACTS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"),
                "silu": F.silu}
 
 
-def _probed_activation(m: torch.nn.Module) -> Optional[str]:
-    """The activation a parameter-free module computes (as Hugging Face's NewGELUActivation computes
-    GELU's tanh form from tanh and pow), found by evaluating it in float64 against each of ge2's on a
-    spread of values and on a 3-D tensor (elementwise, shape kept); None if none matches."""
-    if any(True for _ in m.children()) or any(True for _ in m.parameters()) or any(True for _ in m.buffers()):
-        return None
+def _activation_computed_by(function) -> Optional[str]:
+    """The activation `function` of one tensor computes, found by evaluating it in float64 against
+    each of ge2's on a spread of values and on a 3-D tensor (elementwise, shape kept); None if none
+    matches. A function that is not one of one tensor raises: the callers catch it."""
     line = torch.linspace(-12.0, 12.0, 4801, dtype=torch.float64)
     cube = torch.randn(2, 3, 17, dtype=torch.float64, generator=torch.Generator().manual_seed(7)) * 4
-    with torch.no_grad():  # a module that is not a function of one tensor raises: _trace catches it
-        outputs = [(m(line.clone()), line), (m(cube.clone()), cube)]
+    with torch.no_grad():
+        outputs = [(function(line.clone()), line), (function(cube.clone()), cube)]
     for name, act in _PROBE_ACTS.items():
         if all(isinstance(y, Tensor) and y.shape == x.shape and y.dtype == x.dtype and
                torch.allclose(y, act(x), rtol=1e-6, atol=1e-9) for y, x in outputs):
             return name
     return None
+
+
+def _probed_activation(m: torch.nn.Module) -> Optional[str]:
+    """The activation a parameter-free module computes (as Hugging Face's NewGELUActivation computes
+    GELU's tanh form from tanh and pow); None if it is none of ge2's."""
+    if any(True for _ in m.children()) or any(True for _ in m.parameters()) or any(True for _ in m.buffers()):
+        return None
+    return _activation_computed_by(m)
 
 
 def _probed_linear(m: torch.nn.Module) -> Optional[tuple]:
@@ -388,6 +433,16 @@ def _infer_widths(r: _Recipe, fixed: dict) -> None:
     r.width = width
 
 
+def _drop_cut_layers(r: _Recipe, cut: set) -> None:
+    """Drops the linear steps of `cut` (layers whose pieces became layers of their own: a fused
+    gate_up_proj) that nothing reads whole, and their constants."""
+    read = {r.output} | {a for kind, _, _, *args in r.steps for a in (args[:1] if kind in ("act", "linear")
+                                                                     else args)}
+    r.steps = [step for step in r.steps if step[2] not in cut or step[2] in read]
+    names = {a for kind, _, _, *args in r.steps if kind == "linear" for a in args[1:]}
+    r.constants = {k: v for k, v in r.constants.items() if k in names}
+
+
 def _trace(module: torch.nn.Module) -> _Recipe:
     import torch.fx
 
@@ -419,15 +474,109 @@ def _trace(module: torch.nn.Module) -> _Recipe:
     slot = {}  # fx node -> slot name
     params = {}  # get_attr node -> tensor
     fixed = {}  # slot -> width a linear layer needs or makes
+    producer = {}  # slot -> index in r.steps of the linear step that makes it
+    pieces = {}  # chunk / split node -> (the linear output's slot, column ranges of its pieces)
+    cut = set()  # slots of linear outputs that pieces were taken from
+    # Nodes computing elementwise from one value what no single ge2 step does (x * sigmoid(x),
+    # GELU written out): node -> that value's slot. Recognized when a step reads them.
+    expression = {}
+    unresolvable = {}  # expression node -> its refusal
 
     def new_slot(node):
         slot[node] = f"v{len(slot)}"
         return slot[node]
 
     def value_of(arg, node):
+        if isinstance(arg, torch.fx.Node) and arg in expression and arg not in slot:
+            slot[arg] = activation_of_expression(arg)
         if not isinstance(arg, torch.fx.Node) or arg not in slot:
             raise _refused(f"argument {arg!r}", node)
         return slot[arg]
+
+    def all_resolved(operands, node):
+        try:
+            for a in operands:
+                value_of(a, node)
+            return True
+        except ge2.InvalidArgumentError:
+            return False
+
+    def node_args(node):
+        found = []
+        torch.fx.node.map_arg((node.args, node.kwargs), found.append)
+        return found
+
+    def computation(e, leaf):
+        """The expression nodes `e` is computed from, in graph order, down to the expression's value
+        or, given `leaf` (one of them), down to `leaf`; None if `e` also reads the value beside
+        `leaf` (then it is no function of `leaf` alone)."""
+        needed, stack = set(), [e]
+        while stack:
+            n = stack.pop()
+            if n in needed or n is leaf:
+                continue
+            needed.add(n)
+            for a in node_args(n):
+                if a in expression:
+                    stack.append(a)
+                elif leaf is not None:
+                    return None
+        return [n for n in traced.graph.nodes if n in needed]
+
+    def activation_between(e, leaf, order):
+        def run(value):
+            env = {} if leaf is None else {leaf: value}
+            for n in order:
+                args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: env.get(a, value))
+                env[n] = n.target(*args, **kwargs) if n.op == "call_function" else \
+                    getattr(args[0], n.target)(*args[1:], **kwargs)
+            return env[e]
+
+        try:
+            return _activation_computed_by(run)
+        except Exception:  # not computable on a float64 tensor alone
+            return None
+
+    def activation_of_expression(e):
+        """The slot of an activation step computing the expression node `e`: one of ge2's
+        activations of the expression's value (evaluated like a module of unknown class), or of an
+        inner node that is itself such a chain (SiLU then GELU, both written out)."""
+        if e in unresolvable:
+            raise unresolvable[e]
+        order = computation(e, None)
+        src, act = expression[e], activation_between(e, None, order)
+        for leaf in reversed(order[:-1] if act is None else []):
+            above = computation(e, leaf)
+            act = None if above is None else activation_between(e, leaf, above)
+            if act is not None and all_resolved([leaf], e):
+                src = slot[leaf]
+                break
+            act = None
+        if act is None:
+            steps = "; ".join(f"{n.name} = {_call_text(n)}" for n in order)
+            unresolvable[e] = _refused(f"the elementwise computation [{steps}] (none of ge2's activations "
+                                       f"{', '.join(_PROBE_ACTS)})", e)
+            raise unresolvable[e]
+        out = new_slot(e)
+        r.steps.append(("act", e.name, out, src, act))
+        return out
+
+    def sliced_linear(node, src, start, stop):
+        """A linear step computing columns [start, stop) of the linear output `src`: its weight's
+        rows and bias's entries in that range (Phi-3's fused gate_up_proj, cut by chunk)."""
+        _, _, _, x, weight, bias = r.steps[producer[src]]
+        cut.add(src)
+        names = []
+        for name in (weight, bias):
+            if name is not None:
+                names.append(f"{name}_{start}_{stop}")
+                r.constants[names[-1]] = r.constants[name][start:stop].clone()
+            else:
+                names.append(None)
+        out = new_slot(node)
+        fixed[out] = stop - start
+        producer[out] = len(r.steps)
+        r.steps.append(("linear", node.name, out, x, *names))
 
     def need_width(s, width, node):
         if fixed.setdefault(s, width) != width:
@@ -445,6 +594,7 @@ def _trace(module: torch.nn.Module) -> _Recipe:
             r.constants[prefix + "_bias"] = bias.detach().to("cpu", copy=True)
         out = new_slot(node)
         fixed[out] = weight.shape[0]
+        producer[out] = len(r.steps)
         r.steps.append(("linear", node.name, out, src, prefix + "_weight",
                         prefix + "_bias" if bias is not None else None))
 
@@ -477,7 +627,50 @@ def _trace(module: torch.nn.Module) -> _Recipe:
                 raise _refused(f"module '{node.target}' ({type(sub).__name__})", node)
         elif node.op in ("call_function", "call_method"):
             # x.relu(), x.add(y), x.mul(y) are the functions F.relu, + and * on their receiver.
-            target = node.target if node.op == "call_function" else _METHODS.get(node.target)
+            method = node.op == "call_method"
+            target = _METHODS.get(node.target) if method else node.target
+            split = node.target if method and node.target in _SPLITS else \
+                next((k for k, f in _SPLITS.items() if target is f), None)
+            if split is not None:
+                src = node.args[0] if node.args else None
+                if not isinstance(src, torch.fx.Node) or src in expression or slot.get(src) not in producer:
+                    raise _refused(f"'{split}' of a value that is not a linear layer's output", node)
+                pieces[node] = (slot[src], _split_ranges(node, split, node.args[1:], node.kwargs,
+                                                         fixed[slot[src]]))
+                continue
+            if target is operator.getitem and node.args[0] in pieces:
+                src, ranges = pieces[node.args[0]]
+                index = node.args[1]
+                if not isinstance(index, int) or not -len(ranges) <= index < len(ranges):
+                    raise _refused(f"piece {index!r} of {len(ranges)}", node)
+                sliced_linear(node, src, *ranges[index])
+                continue
+            if target is operator.getitem and slot.get(node.args[0]) in producer and node.args[0] not in expression:
+                index = node.args[1]
+                width = fixed[slot[node.args[0]]]
+                if not (isinstance(index, tuple) and len(index) == 2 and index[0] is Ellipsis and
+                        isinstance(index[1], slice) and index[1].step in (None, 1)):
+                    raise _refused(f"index {index!r} (ge2 takes columns of a linear layer's output, "
+                                   f"[..., start:stop])", node)
+                start, stop, _ = index[1].indices(width)
+                if stop <= start:
+                    raise _refused(f"the empty column range {index!r} of a value of width {width}", node)
+                sliced_linear(node, slot[node.args[0]], start, stop)
+                continue
+            operands = node_args(node)
+            roots = {expression.get(a, slot.get(a)) for a in operands}
+            handled = target is F.linear or target in _FUNCTION_ACTS or target in _ADDS or target in _MULS
+            scalar_operand = (target in _ADDS or target in _MULS) and \
+                any(not isinstance(a, torch.fx.Node) for a in node.args)
+            in_place = method and node.target.endswith("_") and node.target not in _METHODS
+            # A step ge2 has stays a step when the expressions it reads are activations themselves
+            # (relu(x * sigmoid(x))); otherwise the node extends the expression.
+            if operands and len(roots) == 1 and None not in roots and target is not F.linear and \
+                    target is not operator.getitem and not in_place and \
+                    (not handled or scalar_operand or
+                     any(a in expression for a in operands) and not all_resolved(operands, node)):
+                expression[node] = roots.pop()
+                continue
             if target is None:
                 raise _refused(f"method '{node.target}'", node)
             if target is F.linear:
@@ -508,6 +701,7 @@ def _trace(module: torch.nn.Module) -> _Recipe:
             if not isinstance(node.args[0], torch.fx.Node):
                 raise _refused("an output that is not one tensor", node)
             r.output = value_of(node.args[0], node)
+    _drop_cut_layers(r, cut)
     _infer_widths(r, fixed)
     r.in_features = r.width.get("x")
     if r.in_features is None:
@@ -657,7 +851,8 @@ def convert(module: torch.nn.Module, *, tune: str = "cached", graph_replay: bool
             allow_fp8: bool = False, fp8_max_error: float = 0.1) -> Ge2Module:
     """An nn.Module computing what `module` computes, through ge2: `module` is traced with torch.fx
     (nn.Sequential, an FFN block's forward with residual adds, the gated form
-    `down(act(gate(x)) * up(x))`) and its parameters copied to host memory now; each plan
+    `down(act(gate(x)) * up(x))`, Phi-3's one gate_up_proj cut by `chunk`, activations written out
+    as code such as `x * torch.sigmoid(x)`) and its parameters copied to host memory now; each plan
     compiled from them holds them as constants, so later changes to `module`'s weights are not
     seen (convert again). tune: 'cached' (the
     process's shared contexts), 'off' or 'tune' (a context of that mode for this module);

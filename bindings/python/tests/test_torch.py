@@ -151,6 +151,43 @@ class GatedFastGelu(torch.nn.Module):  # T5's gated-GELU feed-forward, a square 
         return self.wo(self.act(self.wi_0(x)) * self.wi_1(x))
 
 
+class Phi3MLP(torch.nn.Module):  # one fused gate_up_proj, cut by chunk, as transformers writes Phi-3
+    def __init__(self, d, h):
+        super().__init__()
+        self.gate_up_proj = torch.nn.Linear(d, 2 * h, bias=False)
+        self.down_proj = torch.nn.Linear(h, d, bias=False)
+        self.activation_fn = torch.nn.SiLU()
+
+    def forward(self, hidden_states):
+        up_states = self.gate_up_proj(hidden_states)
+        gate, up_states = up_states.chunk(2, dim=-1)
+        return self.down_proj(up_states * self.activation_fn(gate))
+
+
+class GlmSwiGLU(torch.nn.Module):  # ChatGLM's form: torch.chunk, pieces indexed, biases kept
+    def __init__(self, d, h):
+        super().__init__()
+        self.dense_h_to_4h, self.dense_4h_to_h = torch.nn.Linear(d, 2 * h), torch.nn.Linear(h, d)
+
+    def forward(self, x):
+        x = torch.chunk(self.dense_h_to_4h(x), 2, dim=-1)
+        return self.dense_4h_to_h(F.silu(x[0]) * x[1])
+
+
+class InlineActivations(torch.nn.Module):  # activations written into forward, not as modules
+    def __init__(self, d, h):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = torch.nn.Linear(d, h), torch.nn.Linear(h, h + 3), torch.nn.Linear(h, d)
+        self.h = h
+
+    def forward(self, x):
+        h = self.fc1(x)
+        h = h * 0.5 * (1.0 + torch.erf(h / math.sqrt(2.0)))  # BERT's gelu function
+        g = self.fc2(h)
+        a, b = g[..., :self.h], g[..., 3:]  # column ranges of one layer
+        return x + self.fc3(F.relu(a * torch.sigmoid(a)) * b)  # SiLU written out, then a step ge2 has
+
+
 def blocks(d, h):
     return {
         "sequential_gelu": torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.GELU(), torch.nn.Dropout(0.1),
@@ -165,6 +202,9 @@ def blocks(d, h):
         "gpt2_mlp": GPT2MLP(d, h),
         "gated_fast_gelu": GatedFastGelu(d, h),
         "swish_written_out": torch.nn.Sequential(torch.nn.Linear(d, h), SwishWrittenOut(), torch.nn.Linear(h, d)),
+        "phi3_mlp": Phi3MLP(d, h),
+        "glm_swiglu": GlmSwiGLU(d, h),
+        "inline_activations": InlineActivations(d, h),
     }
 
 
@@ -185,6 +225,20 @@ def test_converted_blocks_match_fp64(device, dtype, name):
         assert rel_error(y, want) <= BOUNDS[dtype], (name, shape)
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("form", ["phi3_mlp", "glm_swiglu"])
+def test_a_cut_gate_up_layer_is_joined_into_one_gated_gemm(device, form):
+    module = fresh(blocks(32, 48)[form], torch.float16, device)
+    converted = gt.convert(module)
+    x = torch.randn(5, 32, device=device).half()
+    steps = converted.plan_for(x).describe()["steps"]
+    assert len(steps) == 2 and all(s["op"] in ("gemm", "gemm_bias_act") for s in steps), steps
+    assert "silu(gate) * up" in steps[0]["gated_epilogue"]
+    assert (steps[0]["problem"]["n"], steps[0]["problem"]["k"]) == (96, 32)  # both halves, one GEMM
+    with torch.no_grad():
+        assert rel_error(converted(x), reference(module, x)) <= BOUNDS[torch.float16]
+
+
 class RandomBlock(torch.nn.Module):
     """A module written as a random program over its input: nn.Linear layers (with or without
     bias) reading any earlier value, activations as modules, functions or methods, + and * (as
@@ -196,15 +250,20 @@ class RandomBlock(torch.nn.Module):
         self.program, self.layers, self.acts = [], torch.nn.ModuleList(), torch.nn.ModuleList()
         widths, multiplies = [d], 0
         for _ in range(int(rng.integers(1, 9))):
-            kind = str(rng.choice(["linear", "linear", "act", "combine", "identity"]))
+            kind = str(rng.choice(["linear", "linear", "act", "combine", "identity", "pieces"]))
             src = len(widths) - 1 if rng.random() < 0.6 else int(rng.integers(0, len(widths)))
-            if kind == "linear" or src == 0 and kind != "combine":
+            if kind == "pieces":  # one layer's output cut into two values of one width
+                out = int(rng.integers(1, 20))
+                self.layers.append(torch.nn.Linear(widths[src], 2 * out, bias=bool(rng.random() < 0.7)))
+                self.program.append(("pieces", src, len(self.layers) - 1, str(rng.choice(["chunk", "split", "slice"]))))
+                widths += [out, out]
+            elif kind == "linear" or src == 0 and kind != "combine":
                 out = int(rng.integers(1, 40))
                 self.layers.append(torch.nn.Linear(widths[src], out, bias=bool(rng.random() < 0.7)))
                 self.program.append(("linear", src, len(self.layers) - 1))
                 widths.append(out)
             elif kind == "act":
-                style = str(rng.choice(["module", "function", "method"]))
+                style = str(rng.choice(["module", "function", "method", "inline"]))
                 name = str(rng.choice(["relu", "gelu", "gelu_tanh", "silu"] if style != "method" else ["relu"]))
                 if style == "module":
                     self.acts.append({"relu": torch.nn.ReLU(), "gelu": torch.nn.GELU(), "silu": torch.nn.SiLU(),
@@ -233,12 +292,24 @@ class RandomBlock(torch.nn.Module):
             kind, src = step[0], values[step[1]]
             if kind == "linear":
                 values.append(self.layers[step[2]](src))
+            elif kind == "pieces":
+                layer = self.layers[step[2]]
+                y, half = layer(src), layer.out_features // 2
+                if step[3] == "chunk":
+                    first, second = y.chunk(2, dim=-1)
+                elif step[3] == "split":
+                    first, second = torch.split(y, half, dim=-1)
+                else:
+                    second, first = y[..., :half], y[..., half:]
+                values += [first, second]
             elif kind == "act":
                 _, _, style, name, index = step
                 if style == "module":
                     values.append(self.acts[index](src))
                 elif style == "method":
                     values.append(src.relu())
+                elif style == "inline":
+                    values.append(INLINE[name](src))
                 else:
                     values.append(F.gelu(src, approximate="tanh") if name == "gelu_tanh" else
                                   {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[name](src))
@@ -253,6 +324,14 @@ class RandomBlock(torch.nn.Module):
             else:
                 values.append(self.acts[step[2]](src))
         return values[-1]
+
+
+INLINE = {  # activations as a user writes them into forward
+    "relu": lambda x: torch.where(x > 0, x, 0.0),
+    "gelu": lambda x: 0.5 * x * (1 + torch.erf(x * (1 / math.sqrt(2)))),
+    "gelu_tanh": lambda x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3))),
+    "silu": lambda x: x * torch.sigmoid(x),
+}
 
 
 # A deep random program in a 16-bit dtype can lose more than a two-layer block (cancelling adds):
@@ -440,12 +519,40 @@ def test_bad_modules_and_inputs_are_refused():
 
     with pytest.raises(ge2.InvalidArgumentError, match=r"module 'norm' \(LayerNorm\) at node 'norm' is not supported"):
         gt.convert(Norm())
-    with pytest.raises(ge2.InvalidArgumentError, match="method 'sigmoid' at node 'sigmoid' is not supported"):
+    with pytest.raises(ge2.InvalidArgumentError, match=r"computation \[sigmoid = sigmoid\(fc\)\] \(none of ge2's "
+                                                       r"activations relu, gelu, gelu_tanh, silu\) at node 'sigmoid'"):
         gt.convert(Sigmoid())
-    # A module recognized by evaluating it must compute one of ge2's activations: QuickGELU is
-    # traced into, and its first unsupported operation named.
-    with pytest.raises(ge2.InvalidArgumentError, match="argument 1.702 at node 'mul' is not supported"):
+    # Elementwise code, in a module or not, must compute one of ge2's activations: QuickGELU is
+    # traced into and its computation named.
+    with pytest.raises(ge2.InvalidArgumentError, match=r"\[mul = mul\(1.702, _0\); sigmoid = sigmoid\(mul\); "
+                                                       r"mul_1 = mul\(_0, sigmoid\)\]"):
         gt.convert(torch.nn.Sequential(torch.nn.Linear(8, 8), QuickGELU()))
+
+    class Cut(torch.nn.Module):  # chunk and slices ge2 cannot take from a layer's weight rows
+        def __init__(self, how):
+            super().__init__()
+            self.fc, self.how = torch.nn.Linear(8, 8), how
+
+        def forward(self, x):
+            y = self.fc(x)
+            if self.how == "tokens":
+                return y.chunk(2)[0]
+            if self.how == "activation":
+                return F.relu(y).chunk(2, dim=-1)[0]
+            if self.how == "sections":
+                return torch.split(y, [3, 4], dim=-1)[1]
+            if self.how == "rows":
+                return y[:2]
+            return y[..., 6:2]
+
+    for how, message in [("tokens", r"'chunk' along dimension 0 \(ge2 cuts a linear layer's output along its last "
+                                    r"dimension, dim=-1\) at node 'chunk'"),
+                         ("activation", "'chunk' of a value that is not a linear layer's output at node 'chunk'"),
+                         ("sections", r"'split' into sections \[3, 4\] of a value of width 8 at node 'split'"),
+                         ("rows", r"index slice\(None, 2, None\) \(ge2 takes columns of a linear layer's output"),
+                         ("empty", r"the empty column range \(Ellipsis, slice\(6, 2, None\)\) of a value of width 8")]:
+        with pytest.raises(ge2.InvalidArgumentError, match=message):
+            gt.convert(Cut(how))
 
     class ScaledConv1D(Conv1D):  # a weight and a bias, but not x @ weight + bias
         def forward(self, x):
