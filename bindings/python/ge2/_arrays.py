@@ -4,6 +4,7 @@ strides, device)."""
 from __future__ import annotations
 
 import ctypes
+import sys
 
 from . import _capi
 from ._checks import invalid
@@ -71,6 +72,11 @@ def _torch_view(t, want_stream, argument, function) -> ArrayView:
                         f"bfloat16 or float32")
     if t.device.type not in ("cpu", "cuda"):
         raise invalid(function, f"argument '{argument}' is on device {t.device}; ge2 takes CPU and CUDA tensors")
+    if t.layout is not torch.strided:
+        raise invalid(function, f"argument '{argument}' has layout {t.layout}; ge2 takes dense (strided) tensors "
+                                f"(.to_dense())")
+    if t.is_neg():  # its memory holds the negatives of its values (the imaginary part of a conj())
+        raise invalid(function, f"argument '{argument}' is a negated view (is_neg()); pass .resolve_neg()")
     stream = _torch_current_stream(torch, t.device) if (want_stream and t.is_cuda) else None
     # Writing through the pointer would bypass autograd: such a tensor is read-only to ge2.
     readonly = t.requires_grad
@@ -169,6 +175,7 @@ def _dlpack_view(array, argument, function) -> ArrayView:
 
 
 _FAST_KINDS = {}  # type -> "numpy", "torch" or None: which arrays fast_binding reads
+_TORCH_STRIDED = []  # [torch.strided] once a tensor came (torch is optional)
 
 
 def fast_binding(array):
@@ -183,6 +190,8 @@ def fast_binding(array):
         kind = _FAST_KINDS[cls] = ("torch" if module == "torch" and hasattr(array, "data_ptr") else
                                    "numpy" if module == "numpy" and hasattr(array, "__array_interface__")
                                    else None)
+        if kind == "torch" and not _TORCH_STRIDED:
+            _TORCH_STRIDED.append(sys.modules["torch"].strided)
     if kind == "numpy":
         iface = array.__array_interface__
         pointer, readonly = iface["data"]
@@ -191,6 +200,8 @@ def fast_binding(array):
         element = typestr if typestr[1] != "V" else array.dtype
         return (cls, element, iface["shape"], iface["strides"], readonly), pointer, None
     if kind == "torch":
+        if array.is_neg() or array.layout is not _TORCH_STRIDED[0]:
+            return None  # view() refuses it with a message
         device = array.device
         return ((cls, array.dtype, device, array.shape, array.stride(), array.requires_grad), array.data_ptr(),
                 device if array.is_cuda else None)
@@ -199,7 +210,6 @@ def fast_binding(array):
 
 def torch_stream(device) -> int:
     """The current stream of a torch CUDA device (torch is imported: a tensor of it was bound)."""
-    import sys
     return _torch_current_stream(sys.modules["torch"], device)
 
 

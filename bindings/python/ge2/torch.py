@@ -103,6 +103,18 @@ def _refuse_grad(function: str, *tensors) -> None:
                            f"not require grad")
 
 
+def _plain(t: Optional[Tensor], argument: str, function: str) -> Optional[Tensor]:
+    """`t` with its values in memory: a negated view (is_neg(): the imaginary part of a conj(),
+    whose memory holds the negatives) materialized, as PyTorch's own operators read it; a sparse
+    or other non-strided tensor refused."""
+    if t is None:
+        return t
+    if t.layout is not torch.strided:
+        raise invalid(function, f"argument '{argument}' has layout {t.layout}; ge2 takes dense (strided) tensors "
+                                f"(.to_dense())")
+    return t.resolve_neg() if t.is_neg() else t
+
+
 # --- the one-shot call ------------------------------------------------------------------------
 
 def _gemm_shape(a: Tensor, b: Tensor, trans_a: bool, trans_b: bool) -> tuple:
@@ -159,6 +171,8 @@ def _dense(*tensors) -> bool:
 
 def _gemm_bias_act_impl(a: Tensor, b: Tensor, bias: Optional[Tensor], act: str, trans_a: bool, trans_b: bool,
                         alpha: float) -> Tensor:
+    f = "ge2.torch.gemm_bias_act"
+    a, b, bias = _plain(a, "a", f), _plain(b, "b", f), _plain(bias, "bias", f)
     out = a.new_empty(_gemm_shape(a, b, trans_a, trans_b))
     if out.numel() == 0:
         return out
@@ -227,6 +241,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | Non
     if x.dim() < 1 or weight.dim() != 2:
         raise invalid(f, f"arguments 'x' {tuple(x.shape)} and 'weight' {tuple(weight.shape)}: x needs a last "
                          f"dimension and weight must be [out, in]")
+    if not _compiling():  # traced, the operator reads x at run time (and is_neg() would break the graph)
+        x = _plain(x, "x", f)
     rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
     y = gemm_bias_act(rows, weight, bias, act, trans_b=True)
     return y.reshape(*x.shape[:-1], weight.shape[0])
@@ -269,7 +285,7 @@ class PlanFunction(torch.nn.Module):
                              f"({', '.join(self.input_names)})")
         device = inputs[0].device if inputs else torch.device("cpu")
         outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.output_specs]
-        arrays = {name: t.contiguous() for name, t in zip(self.input_names, inputs)}
+        arrays = {name: _plain(t, name, f).contiguous() for name, t in zip(self.input_names, inputs)}
         arrays.update(zip(self.output_names, outputs))
         self.plan.execute(arrays)
         return outputs
@@ -824,6 +840,7 @@ class Ge2Module(torch.nn.Module):
             return self._contexts[key]
 
     def _run(self, x: Tensor) -> Tensor:
+        x = _plain(x, "x", "ge2.torch.Ge2Module")
         self._check_input(x)
         tokens = x.numel() // self.in_features
         y = x.new_empty(*x.shape[:-1], self.out_features)

@@ -600,6 +600,47 @@ def test_bad_modules_and_inputs_are_refused():
         gt.gemm_bias_act(torch.randn(2, 8), torch.randn(4, 7), trans_b=True)
 
 
+@pytest.mark.parametrize("device", devices())
+def test_negated_views_are_read_as_their_values_and_sparse_tensors_refused(device):
+    """A negated view (is_neg(): the imaginary part of a conj()) holds its values' negatives in
+    memory: the torch operators read its values as PyTorch's do; the array-level API refuses it,
+    also after a plain tensor of the same signature took its fast path."""
+    a = torch.randn(6, 8, device=device)
+    w = torch.randn(5, 8, device=device)
+    c = torch.complex(torch.randn(6, 8, device=device), a)
+    na, nw = c.conj().imag, torch.complex(torch.randn(5, 8, device=device), -w).conj().imag
+    assert na.is_neg() and nw.is_neg() and torch.equal(na, -a) and torch.equal(nw, w)
+    want = (-a).double() @ w.double().t()
+    with torch.no_grad():
+        assert rel_error(gt.linear(na, nw), want) <= 1e-6
+        assert rel_error(gt.gemm_bias_act(na, nw, trans_b=True), want) <= 1e-6
+        module = torch.nn.Linear(8, 5, bias=False).to(device).eval()
+        module.weight.copy_(w)
+        assert rel_error(gt.convert(module)(na), want) <= 1e-6
+    g = ge2.Graph()
+    g.output(g.gemm(g.input("a", (6, 8), "f32"), g.constant("w", w.cpu()), trans_b=True), "y")
+    plan = g.compile(gt.context_for(torch.device(device)))
+    assert rel_error(gt.PlanFunction(plan)(na), want) <= 1e-6
+    y = torch.empty(6, 5, device=device)
+    for _ in range(2):  # the second call of a signature takes the fast path
+        plan.execute({"a": a, "y": y})
+        ge2.gemm_bias_act(a, w, trans_b=True, context=gt.context_for(torch.device(device)))
+    with pytest.raises(ge2.InvalidArgumentError, match=r"argument 'a' is a negated view \(is_neg\(\)\); pass "
+                                                       r"\.resolve_neg\(\)"):
+        plan.execute({"a": na, "y": y})
+    with pytest.raises(ge2.InvalidArgumentError, match="argument 'y' is a negated view"):
+        plan.execute({"a": a, "y": torch.complex(y, y).conj().imag})
+    with pytest.raises(ge2.InvalidArgumentError, match="argument 'a' is a negated view"):
+        ge2.gemm_bias_act(na, w, trans_b=True, context=gt.context_for(torch.device(device)))
+    sparse = a.to_sparse()
+    for call in (lambda: gt.linear(sparse, w), lambda: gt.convert(module)(sparse), lambda: plan.execute({"a": sparse,
+                                                                                                          "y": y}),
+                 lambda: ge2.gemm_bias_act(sparse, w, trans_b=True, context=gt.context_for(torch.device(device)))):
+        with pytest.raises(ge2.InvalidArgumentError, match=r"has layout torch.sparse_coo; ge2 takes dense"):
+            with torch.no_grad():
+                call()
+
+
 class _Mismatch(torch.nn.Module):
     def __init__(self):
         super().__init__()
