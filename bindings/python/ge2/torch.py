@@ -308,10 +308,14 @@ class _Recipe:
         self.width = {}  # slot -> last dimension
         self.in_features = None
         self.output = None
+        self.dtype = None  # of every constant: the module's
+        self.min_rank = 1  # of the output: a parameter [1, w] added to a value makes it at least 2
 
 
 _SUPPORTED = ("nn.Linear, nn.ReLU, nn.GELU, nn.SiLU, nn.Identity, nn.Dropout (eval), F.linear, F.relu, F.gelu, "
-              "F.silu, .relu(), + or * (.add, .mul) between two values of one shape, chunk / split / [..., a:b] "
+              "F.silu, .relu(), + or * (.add, .mul) between two values of one shape, v + c, c * v, v - c, v / c "
+              "with a number c, + or * with a parameter or buffer of one element or [..., w] (LayerScale), "
+              "chunk / split / [..., a:b] "
               "of a linear layer's output along dim=-1, elementwise code or modules without parameters that "
               "compute one of those activations, and modules with a 2-D weight (and 1-D bias) that compute "
               "x @ weight.T + bias or x @ weight + bias (GPT-2's Conv1D)")
@@ -331,6 +335,16 @@ _METHODS = {"relu": F.relu, "relu_": F.relu, "add": operator.add, "add_": operat
 
 
 _SPLITS = {"chunk": torch.chunk, "split": torch.split}  # method -> the function it is
+# + - * / with a number, as functions, operators and methods -> the step's operation
+_NUMBER_OPS = {"add": "add", "add_": "add", "mul": "mul", "mul_": "mul", "sub": "sub", "sub_": "sub",
+               "div": "div", "div_": "div"}
+_NUMBER_OPS.update({f: op for op, fs in {"add": _ADDS, "mul": _MULS,
+                                         "sub": (operator.sub, operator.isub, torch.sub),
+                                         "div": (operator.truediv, operator.itruediv, torch.div)}.items() for f in fs})
+
+
+def _is_number(a) -> bool:
+    return isinstance(a, (int, float)) and not isinstance(a, bool)
 
 
 class _Name:  # a node shown by its name in a refusal's text
@@ -426,11 +440,24 @@ def _probed_linear(m: torch.nn.Module) -> Optional[tuple]:
     return (weight if found[0] else weight.t()).detach().contiguous(), bias
 
 
+# Recipe steps (kind, fx node name, output slot, *args):
+#   ("linear", _, out, src, weight constant, bias constant or None)
+#   ("act", _, out, src, activation name)
+#   ("add" | "mul", _, out, src, other src)
+#   ("add_by" | "mul_by", _, out, src, a number or a vector constant [width]): src + c, src * c
+def _reads(kind: str, args: list) -> list:
+    """The slots a step reads."""
+    return list(args) if kind in ("add", "mul") else list(args[:1])
+
+
+def _constants_read(kind: str, args: list) -> list:
+    return [a for a in args[1:] if isinstance(a, str)] if kind in ("linear", "add_by", "mul_by") else []
+
+
 def _infer_widths(r: _Recipe, fixed: dict) -> None:
     """Every slot's last dimension from the linear layers' (`fixed`: slot -> width they need or
     make) through the activations and elementwise steps, which keep it; a conflict is refused."""
-    groups = [[out, *args[:1]] if kind == "act" else [out, *args] for kind, _, out, *args in r.steps
-              if kind != "linear"]
+    groups = [[out, *_reads(kind, args)] for kind, _, out, *args in r.steps if kind != "linear"]
     names = {out: name for _, name, out, *_ in r.steps}
     width = dict(fixed)
     changed = True
@@ -452,10 +479,9 @@ def _infer_widths(r: _Recipe, fixed: dict) -> None:
 def _drop_cut_layers(r: _Recipe, cut: set) -> None:
     """Drops the linear steps of `cut` (layers whose pieces became layers of their own: a fused
     gate_up_proj) that nothing reads whole, and their constants."""
-    read = {r.output} | {a for kind, _, _, *args in r.steps for a in (args[:1] if kind in ("act", "linear")
-                                                                     else args)}
+    read = {r.output} | {a for kind, _, _, *args in r.steps for a in _reads(kind, args)}
     r.steps = [step for step in r.steps if step[2] not in cut or step[2] in read]
-    names = {a for kind, _, _, *args in r.steps if kind == "linear" for a in args[1:]}
+    names = {a for kind, _, _, *args in r.steps for a in _constants_read(kind, args)}
     r.constants = {k: v for k, v in r.constants.items() if k in names}
 
 
@@ -497,6 +523,24 @@ def _trace(module: torch.nn.Module) -> _Recipe:
     # GELU written out): node -> that value's slot. Recognized when a step reads them.
     expression = {}
     unresolvable = {}  # expression node -> its refusal
+
+    rank = {}  # slot -> the least rank broadcasting gives it, where more than 1
+    taken = {}  # id of a tensor taken -> (its constant's name, the tensor, kept alive so ids stay unique)
+
+    def constant(hint, tensor):
+        """The name of a host copy of `tensor` among the recipe's constants: one copy per tensor (a
+        layer called twice), a name of its own per tensor (modules 'a.b' and 'a_b' both read
+        'a_b_weight' as a hint)."""
+        if id(tensor) in taken:
+            return taken[id(tensor)][0]
+        base = hint.replace(".", "_")
+        name, n = base, 1
+        while name in r.constants:
+            n += 1
+            name = f"{base}_{n}"
+        r.constants[name] = tensor.detach().to("cpu", copy=True)
+        taken[id(tensor)] = (name, tensor)
+        return name
 
     def new_slot(node):
         slot[node] = f"v{len(slot)}"
@@ -569,6 +613,9 @@ def _trace(module: torch.nn.Module) -> _Recipe:
                 break
             act = None
         if act is None:
+            out = number_step(e)
+            if out is not None:
+                return out
             steps = "; ".join(f"{n.name} = {_call_text(n)}" for n in order)
             unresolvable[e] = _refused(f"the elementwise computation [{steps}] (none of ge2's activations "
                                        f"{', '.join(_PROBE_ACTS)})", e)
@@ -577,18 +624,54 @@ def _trace(module: torch.nn.Module) -> _Recipe:
         r.steps.append(("act", e.name, out, src, act))
         return out
 
+    def number_step(e):
+        """The slot of a step adding a number to, or multiplying by one, the value the expression
+        node `e` reads (v + c, c * v, v - c, v / c: a residual scale), or None."""
+        op = _NUMBER_OPS.get(e.target)
+        if op is None or len(e.args) != 2 or e.kwargs:
+            return None
+        numbers = [a for a in e.args if _is_number(a)]
+        tensors = [a for a in e.args if isinstance(a, torch.fx.Node)]
+        if len(numbers) != 1 or len(tensors) != 1 or (op in ("sub", "div") and e.args[0] is not tensors[0]):
+            return None
+        c = float(numbers[0])
+        if op == "div" and c == 0 or not math.isfinite(c) or not all_resolved(tensors, e):
+            return None
+        kind, c = {"add": ("add_by", c), "sub": ("add_by", -c), "mul": ("mul_by", c), "div": ("mul_by", 1 / c)}[op]
+        out = new_slot(e)
+        r.steps.append((kind, e.name, out, slot[tensors[0]], c))
+        return out
+
+    def parameter_step(node, target):
+        """A step adding or multiplying a value by a parameter or buffer: a number (one element)
+        or a vector along the last dimension ([w], [1, w], ...: LayerScale's gamma)."""
+        (p_node,) = [a for a in node.args if a in params]
+        (v_node,) = [a for a in node.args if a is not p_node]
+        t = params[p_node]
+        if not isinstance(t, Tensor) or not t.is_floating_point() or t.numel() == 0 or \
+                t.numel() > 1 and any(n != 1 for n in t.shape[:-1]):
+            shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+            raise _refused(f"'{target.__name__}' with parameter '{p_node.target}' of shape {shape} (ge2 takes "
+                           f"one number or a vector along the last dimension)", node)
+        src = value_of(v_node, node)
+        kind = "add_by" if target in _ADDS else "mul_by"
+        out = new_slot(node)
+        rank[out] = max(rank.get(src, 1), t.dim())
+        if t.numel() == 1:
+            r.steps.append((kind, node.name, out, src, float(t.detach().reshape(()).item())))
+            return
+        name = constant(p_node.target, t.reshape(-1))
+        need_width(src, t.shape[-1], node)
+        fixed[out] = t.shape[-1]
+        r.steps.append((kind, node.name, out, src, name))
+
     def sliced_linear(node, src, start, stop):
         """A linear step computing columns [start, stop) of the linear output `src`: its weight's
         rows and bias's entries in that range (Phi-3's fused gate_up_proj, cut by chunk)."""
         _, _, _, x, weight, bias = r.steps[producer[src]]
         cut.add(src)
-        names = []
-        for name in (weight, bias):
-            if name is not None:
-                names.append(f"{name}_{start}_{stop}")
-                r.constants[names[-1]] = r.constants[name][start:stop].clone()
-            else:
-                names.append(None)
+        names = [None if name is None else constant(f"{name}_{start}_{stop}", r.constants[name][start:stop])
+                 for name in (weight, bias)]
         out = new_slot(node)
         fixed[out] = stop - start
         producer[out] = len(r.steps)
@@ -604,15 +687,12 @@ def _trace(module: torch.nn.Module) -> _Recipe:
             raise _refused("a linear layer whose weight is not [out, in] (or bias not [out])", node)
         src = value_of(x, node)
         need_width(src, weight.shape[1], node)
-        prefix = prefix.replace(".", "_")
-        r.constants[prefix + "_weight"] = weight.detach().to("cpu", copy=True)
-        if bias is not None:
-            r.constants[prefix + "_bias"] = bias.detach().to("cpu", copy=True)
+        w = constant(prefix + "_weight", weight)
+        b = None if bias is None else constant(prefix + "_bias", bias)
         out = new_slot(node)
         fixed[out] = weight.shape[0]
         producer[out] = len(r.steps)
-        r.steps.append(("linear", node.name, out, src, prefix + "_weight",
-                        prefix + "_bias" if bias is not None else None))
+        r.steps.append(("linear", node.name, out, src, w, b))
 
     for node in traced.graph.nodes:
         if node.op == "placeholder":
@@ -709,6 +789,9 @@ def _trace(module: torch.nn.Module) -> _Recipe:
             elif target in _ADDS or target in _MULS:
                 if len(node.args) != 2 or node.kwargs:
                     raise _refused(f"'{target.__name__}' with arguments {node.args} {node.kwargs}", node)
+                if sum(a in params for a in node.args) == 1:
+                    parameter_step(node, target)
+                    continue
                 a, b = (value_of(arg, node) for arg in node.args)
                 r.steps.append(("add" if target in _ADDS else "mul", node.name, new_slot(node), a, b))
             else:
@@ -718,6 +801,9 @@ def _trace(module: torch.nn.Module) -> _Recipe:
                 raise _refused("an output that is not one tensor", node)
             r.output = value_of(node.args[0], node)
     _drop_cut_layers(r, cut)
+    for kind, _, out, *args in r.steps:  # in order: a step's operands are made before it
+        rank[out] = max([rank.get(out, 1)] + [rank.get(a, 1) for a in _reads(kind, args)])
+    r.min_rank = rank.get(r.output, 1)
     _infer_widths(r, fixed)
     r.in_features = r.width.get("x")
     if r.in_features is None:
@@ -728,6 +814,7 @@ def _trace(module: torch.nn.Module) -> _Recipe:
     if len(dtypes) != 1 or next(iter(dtypes)) not in _DTYPE_CODES:
         raise invalid("ge2.torch.convert", f"the module's parameters have dtypes {sorted(map(str, dtypes))}; "
                                            f"ge2 needs one of float16, bfloat16, float32 for all")
+    r.dtype = next(iter(dtypes))
     return r
 
 
@@ -748,6 +835,13 @@ def _build_graph(r: _Recipe, tokens: int, dtype: str, dynamic: bool) -> ge2.Grap
             value[out] = g.bias(v, const(b)) if b is not None else v
         elif kind == "act":
             value[out] = g.activation(value[args[0]], args[1])
+        elif kind in ("add_by", "mul_by"):
+            src, c = args
+            if isinstance(c, str):
+                operand = const(c)
+            else:  # a number, as a vector of the value's width
+                operand = g.constant(f"{out}_number", torch.full((r.width[src],), c, dtype=r.dtype))
+            value[out] = (g.add if kind == "add_by" else g.mul)(value[src], operand)
         elif kind == "add":
             value[out] = g.add(value[args[0]], value[args[1]])
         else:
@@ -765,7 +859,7 @@ def _module_forward_op(module_id: int, x: Tensor) -> Tensor:
 def _(module_id, x):
     module = _lookup(module_id, "ge2.torch.module_forward")
     module._check_input(x)
-    return x.new_empty(*x.shape[:-1], module.out_features)
+    return x.new_empty(module.output_shape(x))
 
 
 class Ge2Module(torch.nn.Module):
@@ -784,7 +878,7 @@ class Ge2Module(torch.nn.Module):
         self._name = name
         self.in_features = recipe.in_features
         self.out_features = recipe.width[recipe.output]
-        self.dtype = next(iter(recipe.constants.values())).dtype
+        self.dtype = recipe.dtype
         self._options = dict(fuse=fuse, allow_tf32=allow_tf32, graph_replay=graph_replay, allow_fp8=allow_fp8,
                              fp8_max_error=fp8_max_error)
         self._tune = tune
@@ -807,6 +901,12 @@ class Ge2Module(torch.nn.Module):
         if x.dtype != self.dtype:
             raise TypeError(f"{f}: input is {x.dtype} but the module's weights are {self.dtype}; convert the "
                             f"module in the input's dtype")
+
+    def output_shape(self, x: Tensor) -> tuple:
+        """x's leading dimensions and out_features, with leading 1s up to the rank that parameters
+        [1, ..., w] broadcast the result to (as PyTorch broadcasts them)."""
+        lead = tuple(x.shape[:-1])
+        return (1,) * (self._recipe.min_rank - len(lead) - 1) + lead + (self.out_features,)
 
     def plan_for(self, x: Tensor) -> ge2.Plan:
         """The plan that runs x (compiled now if none of this module's plans on x's device runs its
@@ -843,7 +943,7 @@ class Ge2Module(torch.nn.Module):
         x = _plain(x, "x", "ge2.torch.Ge2Module")
         self._check_input(x)
         tokens = x.numel() // self.in_features
-        y = x.new_empty(*x.shape[:-1], self.out_features)
+        y = x.new_empty(self.output_shape(x))
         if tokens == 0:
             return y
         rows = x if x.is_contiguous() else x.contiguous()

@@ -35,7 +35,7 @@ def fresh(module, dtype, device):
     """The module with fresh random weights (uniform, scaled like nn.Linear's init) in `dtype`."""
     with torch.no_grad():
         for p in module.parameters():
-            p.uniform_(-1, 1).mul_(1 / math.sqrt(p.shape[-1]))
+            p.uniform_(-1, 1).mul_(1 / math.sqrt(p.shape[-1] if p.dim() else 1))
     return module.to(device=device, dtype=dtype).eval()
 
 
@@ -188,6 +188,27 @@ class InlineActivations(torch.nn.Module):  # activations written into forward, n
         return x + self.fc3(F.relu(a * torch.sigmoid(a)) * b)  # SiLU written out, then a step ge2 has
 
 
+class LayerScale(torch.nn.Module):  # as timm and DINOv2 write it: a parameter vector
+    def __init__(self, d):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.empty(d))
+
+    def forward(self, x):
+        return x * self.gamma
+
+
+class ScaledResidual(torch.nn.Module):  # numbers, a 0-d parameter, a buffer, LayerScale
+    def __init__(self, d, h):
+        super().__init__()
+        self.fc1, self.fc2, self.ls = torch.nn.Linear(d, h), torch.nn.Linear(h, d), LayerScale(d)
+        self.alpha = torch.nn.Parameter(torch.empty(()))
+        self.register_buffer("shift", torch.randn(1, d))
+
+    def forward(self, x):
+        h = F.gelu(self.fc1(x)) * 2.0 - 0.25
+        return x * self.alpha + 0.5 * (self.ls(self.fc2(h / 3)) + self.shift)
+
+
 def blocks(d, h):
     return {
         "sequential_gelu": torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.GELU(), torch.nn.Dropout(0.1),
@@ -205,6 +226,7 @@ def blocks(d, h):
         "phi3_mlp": Phi3MLP(d, h),
         "glm_swiglu": GlmSwiGLU(d, h),
         "inline_activations": InlineActivations(d, h),
+        "scaled_residual": ScaledResidual(d, h),
     }
 
 
@@ -248,9 +270,10 @@ class RandomBlock(torch.nn.Module):
     def __init__(self, rng, d):
         super().__init__()
         self.program, self.layers, self.acts = [], torch.nn.ModuleList(), torch.nn.ModuleList()
+        self.vectors = torch.nn.ParameterList()
         widths, multiplies = [d], 0
         for _ in range(int(rng.integers(1, 9))):
-            kind = str(rng.choice(["linear", "linear", "act", "combine", "identity", "pieces"]))
+            kind = str(rng.choice(["linear", "linear", "act", "combine", "identity", "pieces", "number", "vector"]))
             src = len(widths) - 1 if rng.random() < 0.6 else int(rng.integers(0, len(widths)))
             if kind == "pieces":  # one layer's output cut into two values of one width
                 out = int(rng.integers(1, 20))
@@ -269,6 +292,15 @@ class RandomBlock(torch.nn.Module):
                     self.acts.append({"relu": torch.nn.ReLU(), "gelu": torch.nn.GELU(), "silu": torch.nn.SiLU(),
                                       "gelu_tanh": torch.nn.GELU(approximate="tanh")}[name])
                 self.program.append(("act", src, style, name, len(self.acts) - 1))
+                widths.append(widths[src])
+            elif kind == "number":  # v + c, c * v, v - c, v / c, as operators or methods
+                op, c = str(rng.choice(["add", "mul", "sub", "div"])), float(rng.choice([-1.5, 0.5, 3.0]))
+                self.program.append(("number", src, op, c, bool(rng.random() < 0.5)))
+                widths.append(widths[src])
+            elif kind == "vector":  # a parameter [w] or [1, w] added or multiplied along the last dimension
+                shape = (widths[src],) if rng.random() < 0.5 else (1, widths[src])
+                self.vectors.append(torch.nn.Parameter(torch.empty(shape)))
+                self.program.append(("vector", src, str(rng.choice(["add", "mul"])), len(self.vectors) - 1))
                 widths.append(widths[src])
             elif kind == "combine":
                 partners = [i for i, w in enumerate(widths) if w == widths[src]]
@@ -302,6 +334,16 @@ class RandomBlock(torch.nn.Module):
                 else:
                     second, first = y[..., :half], y[..., half:]
                 values += [first, second]
+            elif kind == "number":
+                _, _, op, c, method = step
+                if method:
+                    values.append(getattr(src, op)(c))
+                else:
+                    values.append({"add": lambda: src + c, "mul": lambda: c * src, "sub": lambda: src - c,
+                                   "div": lambda: src / c}[op]())
+            elif kind == "vector":
+                v = self.vectors[step[3]]
+                values.append(src + v if step[2] == "add" else v * src)
             elif kind == "act":
                 _, _, style, name, index = step
                 if style == "module":
@@ -528,6 +570,22 @@ def test_bad_modules_and_inputs_are_refused():
                                                        r"mul_1 = mul\(_0, sigmoid\)\]"):
         gt.convert(torch.nn.Sequential(torch.nn.Linear(8, 8), QuickGELU()))
 
+    class Numbers(torch.nn.Module):  # what a number or a parameter cannot be in a step
+        def __init__(self, how):
+            super().__init__()
+            self.fc, self.how, self.table = torch.nn.Linear(8, 8), how, torch.nn.Parameter(torch.ones(3, 8))
+
+        def forward(self, x):
+            y = self.fc(x)
+            return {"minus": lambda: 1.0 - y, "zero": lambda: y / 0.0, "table": lambda: y * self.table}[self.how]()
+
+    for how, message in [("minus", r"\[rsub = rsub\(fc, 1.0\)\]|\[sub = sub\(1.0, fc\)\]"),
+                         ("zero", r"\[truediv = truediv\(fc, 0.0\)\]"),
+                         ("table", r"'mul' with parameter 'table' of shape \(3, 8\) \(ge2 takes one number or a "
+                                   r"vector along the last dimension\)")]:
+        with pytest.raises(ge2.InvalidArgumentError, match=message):
+            gt.convert(Numbers(how))
+
     class Cut(torch.nn.Module):  # chunk and slices ge2 cannot take from a layer's weight rows
         def __init__(self, how):
             super().__init__()
@@ -598,6 +656,31 @@ def test_bad_modules_and_inputs_are_refused():
         gt.linear(torch.randn(2, 8), torch.randn(4, 8), act="tanh")
     with pytest.raises(ge2.InvalidArgumentError, match="K = 7"):
         gt.gemm_bias_act(torch.randn(2, 8), torch.randn(4, 7), trans_b=True)
+
+
+def test_each_parameter_is_one_constant_of_its_own():
+    class Inner(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.b = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.b(x)
+
+    class Names(torch.nn.Module):  # 'a.b' and 'a_b' both suggest the name a_b_weight; shared is called twice
+        def __init__(self):
+            super().__init__()
+            self.a, self.a_b, self.shared = Inner(), torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.shared(self.a_b(self.shared(self.a(x))))
+
+    module = fresh(Names(), torch.float32, "cpu")
+    converted = gt.convert(module)
+    assert len(converted._recipe.constants) == 6  # a.b, a_b, shared: a weight and a bias each
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        assert rel_error(converted(x), reference(module, x)) <= BOUNDS[torch.float32]
 
 
 @pytest.mark.parametrize("device", devices())
