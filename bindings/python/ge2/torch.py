@@ -313,7 +313,7 @@ class _Recipe:
 
 
 _SUPPORTED = ("nn.Linear, nn.ReLU, nn.GELU, nn.SiLU, nn.Identity, nn.Dropout (eval), F.linear, F.relu, F.gelu, "
-              "F.silu, .relu(), + or * (.add, .mul) between two values of one shape, v + c, c * v, v - c, v / c "
+              "F.silu, .relu(), +, - or * (.add, .sub, .mul, also in place) between two values of one shape, v + c, c * v, v - c, v / c "
               "with a number c, + or * with a parameter or buffer of one element or [..., w] (LayerScale), "
               "chunk / split / [..., a:b] "
               "of a linear layer's output along dim=-1, elementwise code or modules without parameters that "
@@ -330,8 +330,9 @@ _MODULE_ACTS = {torch.nn.ReLU: lambda m: "relu", torch.nn.SiLU: lambda m: "silu"
 _FUNCTION_ACTS = {F.relu: "relu", torch.relu: "relu", F.silu: "silu", F.gelu: "gelu"}
 _ADDS = (operator.add, operator.iadd, torch.add)
 _MULS = (operator.mul, operator.imul, torch.mul)
+_SUBS = (operator.sub, operator.isub, torch.sub)  # a - b: a + (-1 * b)
 _METHODS = {"relu": F.relu, "relu_": F.relu, "add": operator.add, "add_": operator.add, "mul": operator.mul,
-            "mul_": operator.mul}
+            "mul_": operator.mul, "sub": operator.sub, "sub_": operator.sub}
 
 
 _SPLITS = {"chunk": torch.chunk, "split": torch.split}  # method -> the function it is
@@ -341,6 +342,24 @@ _NUMBER_OPS = {"add": "add", "add_": "add", "mul": "mul", "mul_": "mul", "sub": 
 _NUMBER_OPS.update({f: op for op, fs in {"add": _ADDS, "mul": _MULS,
                                          "sub": (operator.sub, operator.isub, torch.sub),
                                          "div": (operator.truediv, operator.itruediv, torch.div)}.items() for f in fs})
+
+
+_IN_PLACE_FUNCTIONS = (operator.iadd, operator.imul, operator.isub, operator.itruediv, torch.relu_)
+
+
+def _mutated_operand(node, traced):
+    """The node whose tensor `node` changes in place (x.relu_(), x += y, F.relu(x, inplace=True),
+    nn.ReLU(inplace=True)), or None."""
+    if not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    if node.op == "call_method":
+        in_place = node.target.endswith("_")
+    elif node.op == "call_function":
+        in_place = node.target in _IN_PLACE_FUNCTIONS or node.kwargs.get("inplace") is True or (
+            node.target in (F.relu, F.silu) and len(node.args) > 1 and node.args[1] is True)
+    else:
+        in_place = node.op == "call_module" and getattr(traced.get_submodule(node.target), "inplace", False) is True
+    return node.args[0] if in_place else None
 
 
 def _is_number(a) -> bool:
@@ -392,8 +411,11 @@ def _activation_computed_by(function) -> Optional[str]:
     matches. A function that is not one of one tensor raises: the callers catch it."""
     line = torch.linspace(-12.0, 12.0, 4801, dtype=torch.float64)
     cube = torch.randn(2, 3, 17, dtype=torch.float64, generator=torch.Generator().manual_seed(7)) * 4
+    given = [line.clone(), cube.clone()]
     with torch.no_grad():
-        outputs = [(function(line.clone()), line), (function(cube.clone()), cube)]
+        outputs = [(function(given[0]), line), (function(given[1]), cube)]
+    if not (torch.equal(given[0], line) and torch.equal(given[1], cube)):
+        return None  # it changes its input in place: traced into, where that is seen
     for name, act in _PROBE_ACTS.items():
         if all(isinstance(y, Tensor) and y.shape == x.shape and y.dtype == x.dtype and
                torch.allclose(y, act(x), rtol=1e-6, atol=1e-9) for y, x in outputs):
@@ -525,6 +547,7 @@ def _trace(module: torch.nn.Module) -> _Recipe:
     unresolvable = {}  # expression node -> its refusal
 
     rank = {}  # slot -> the least rank broadcasting gives it, where more than 1
+    negations = {}  # slot -> the slot of its negation
     taken = {}  # id of a tensor taken -> (its constant's name, the tensor, kept alive so ids stay unique)
 
     def constant(hint, tensor):
@@ -586,8 +609,8 @@ def _trace(module: torch.nn.Module) -> _Recipe:
     def activation_between(e, leaf, order):
         def run(value):
             env = {} if leaf is None else {leaf: value}
-            for n in order:
-                args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: env.get(a, value))
+            for n in order:  # on copies: an in-place step (x.mul_(s)) leaves its operands alone
+                args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: env.get(a, value).clone())
                 env[n] = n.target(*args, **kwargs) if n.op == "call_function" else \
                     getattr(args[0], n.target)(*args[1:], **kwargs)
             return env[e]
@@ -637,10 +660,20 @@ def _trace(module: torch.nn.Module) -> _Recipe:
         c = float(numbers[0])
         if op == "div" and c == 0 or not math.isfinite(c) or not all_resolved(tensors, e):
             return None
+        src = slot[tensors[0]]
+        if op == "sub" and e.args[1] is tensors[0]:  # c - v
+            op, c, src = "add", c, negated(src, e)
         kind, c = {"add": ("add_by", c), "sub": ("add_by", -c), "mul": ("mul_by", c), "div": ("mul_by", 1 / c)}[op]
         out = new_slot(e)
-        r.steps.append((kind, e.name, out, slot[tensors[0]], c))
+        r.steps.append((kind, e.name, out, src, c))
         return out
+
+    def negated(src, node):
+        """The slot of -src (one step per value, for a - b)."""
+        if src not in negations:
+            negations[src] = f"{src}_negated"
+            r.steps.append(("mul_by", node.name, negations[src], src, -1.0))
+        return negations[src]
 
     def parameter_step(node, target):
         """A step adding or multiplying a value by a parameter or buffer: a number (one element)
@@ -648,13 +681,18 @@ def _trace(module: torch.nn.Module) -> _Recipe:
         (p_node,) = [a for a in node.args if a in params]
         (v_node,) = [a for a in node.args if a is not p_node]
         t = params[p_node]
+        subtract = target in _SUBS
         if not isinstance(t, Tensor) or not t.is_floating_point() or t.numel() == 0 or \
                 t.numel() > 1 and any(n != 1 for n in t.shape[:-1]):
             shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
             raise _refused(f"'{target.__name__}' with parameter '{p_node.target}' of shape {shape} (ge2 takes "
                            f"one number or a vector along the last dimension)", node)
         src = value_of(v_node, node)
-        kind = "add_by" if target in _ADDS else "mul_by"
+        if subtract and node.args[1] is v_node:  # p - v
+            src = negated(src, node)
+        elif subtract:  # v - p
+            t = -t.detach()
+        kind = "mul_by" if target in _MULS else "add_by"
         out = new_slot(node)
         rank[out] = max(rank.get(src, 1), t.dim())
         if t.numel() == 1:
@@ -694,7 +732,7 @@ def _trace(module: torch.nn.Module) -> _Recipe:
         producer[out] = len(r.steps)
         r.steps.append(("linear", node.name, out, src, w, b))
 
-    for node in traced.graph.nodes:
+    def visit(node):
         if node.op == "placeholder":
             if "x" in slot.values():
                 raise _refused("a second input", node)
@@ -733,14 +771,14 @@ def _trace(module: torch.nn.Module) -> _Recipe:
                     raise _refused(f"'{split}' of a value that is not a linear layer's output", node)
                 pieces[node] = (slot[src], _split_ranges(node, split, node.args[1:], node.kwargs,
                                                          fixed[slot[src]]))
-                continue
+                return
             if target is operator.getitem and node.args[0] in pieces:
                 src, ranges = pieces[node.args[0]]
                 index = node.args[1]
                 if not isinstance(index, int) or not -len(ranges) <= index < len(ranges):
                     raise _refused(f"piece {index!r} of {len(ranges)}", node)
                 sliced_linear(node, src, *ranges[index])
-                continue
+                return
             if target is operator.getitem and slot.get(node.args[0]) in producer and node.args[0] not in expression:
                 index = node.args[1]
                 width = fixed[slot[node.args[0]]]
@@ -752,21 +790,21 @@ def _trace(module: torch.nn.Module) -> _Recipe:
                 if stop <= start:
                     raise _refused(f"the empty column range {index!r} of a value of width {width}", node)
                 sliced_linear(node, slot[node.args[0]], start, stop)
-                continue
+                return
             operands = node_args(node)
             roots = {expression.get(a, slot.get(a)) for a in operands}
-            handled = target is F.linear or target in _FUNCTION_ACTS or target in _ADDS or target in _MULS
-            scalar_operand = (target in _ADDS or target in _MULS) and \
+            handled = target is F.linear or target in _FUNCTION_ACTS or target in _ADDS or target in _MULS or \
+                target in _SUBS
+            scalar_operand = (target in _ADDS or target in _MULS or target in _SUBS) and \
                 any(not isinstance(a, torch.fx.Node) for a in node.args)
-            in_place = method and node.target.endswith("_") and node.target not in _METHODS
             # A step ge2 has stays a step when the expressions it reads are activations themselves
             # (relu(x * sigmoid(x))); otherwise the node extends the expression.
             if operands and len(roots) == 1 and None not in roots and target is not F.linear and \
-                    target is not operator.getitem and not in_place and \
+                    target is not operator.getitem and \
                     (not handled or scalar_operand or
                      any(a in expression for a in operands) and not all_resolved(operands, node)):
                 expression[node] = roots.pop()
-                continue
+                return
             if target is None:
                 raise _refused(f"method '{node.target}'", node)
             if target is F.linear:
@@ -786,20 +824,53 @@ def _trace(module: torch.nn.Module) -> _Recipe:
                     raise _refused(f"'{target.__name__}' with arguments {node.args[1:]} {extra}", node)
                 src = value_of(node.args[0], node)
                 r.steps.append(("act", node.name, new_slot(node), src, act))
-            elif target in _ADDS or target in _MULS:
+            elif target in _ADDS or target in _MULS or target in _SUBS:
                 if len(node.args) != 2 or node.kwargs:
                     raise _refused(f"'{target.__name__}' with arguments {node.args} {node.kwargs}", node)
                 if sum(a in params for a in node.args) == 1:
                     parameter_step(node, target)
-                    continue
+                    return
                 a, b = (value_of(arg, node) for arg in node.args)
-                r.steps.append(("add" if target in _ADDS else "mul", node.name, new_slot(node), a, b))
+                if target in _SUBS:
+                    b = negated(b, node)
+                r.steps.append(("mul" if target in _MULS else "add", node.name, new_slot(node), a, b))
             else:
                 raise _refused(f"function '{getattr(target, '__name__', target)}'", node)
         elif node.op == "output":
             if not isinstance(node.args[0], torch.fx.Node):
                 raise _refused("an output that is not one tensor", node)
             r.output = value_of(node.args[0], node)
+
+    position = {node: i for i, node in enumerate(traced.graph.nodes)}
+    aliases = {}  # node -> the nodes naming one tensor (an in-place step returns its operand)
+    for node in traced.graph.nodes:
+        visit(node)
+        if node.op == "call_module" and node.args and slot.get(node) == slot.get(node.args[0]):
+            group = aliases.setdefault(node.args[0], [node.args[0]])  # Identity, Dropout: the same tensor
+            group.append(node)
+            aliases[node] = group
+        mutated = _mutated_operand(node, traced)
+        if mutated is None:
+            continue
+        group = aliases.setdefault(mutated, [mutated])
+        group.append(node)
+        aliases[node] = group
+        # PyTorch changed the tensor in place: what reads any of its names later reads this value.
+        for name in group[:-1]:
+            later = [u for u in name.users if position[u] > position[node]]
+            if not later:
+                continue
+            # An expression read by an earlier one is evaluated through its computation, which the
+            # change does not reach; a cut layer's pieces were taken before it.
+            if name in expression and (any(u in expression and position[u] < position[node] for u in name.users)
+                                       or not all_resolved([name], node)) or \
+                    name in slot and slot[name] in cut or not all_resolved([node], node):
+                raise _refused(f"'{_call_text(node) if node.op != 'call_module' else node.target}' changes "
+                               f"'{name.name}' in place, which node '{min(later, key=position.get).name}' reads "
+                               f"afterwards", node)
+            expression.pop(name, None)  # from now on a value of its own
+            slot[name] = slot[node]
+
     _drop_cut_layers(r, cut)
     for kind, _, out, *args in r.steps:  # in order: a step's operands are made before it
         rank[out] = max([rank.get(out, 1)] + [rank.get(a, 1) for a in _reads(kind, args)])

@@ -272,8 +272,11 @@ class RandomBlock(torch.nn.Module):
         self.program, self.layers, self.acts = [], torch.nn.ModuleList(), torch.nn.ModuleList()
         self.vectors = torch.nn.ParameterList()
         widths, multiplies = [d], 0
+        lifted = [False]  # values a [1, w] parameter broadcast to rank 2 (an in-place step cannot take them)
+        the_input = [True]  # values that are the input tensor itself (Identity): never changed in place
         for _ in range(int(rng.integers(1, 9))):
-            kind = str(rng.choice(["linear", "linear", "act", "combine", "identity", "pieces", "number", "vector"]))
+            kind = str(rng.choice(["linear", "linear", "act", "combine", "identity", "pieces", "number", "vector",
+                                   "in_place"]))
             src = len(widths) - 1 if rng.random() < 0.6 else int(rng.integers(0, len(widths)))
             if kind == "pieces":  # one layer's output cut into two values of one width
                 out = int(rng.integers(1, 20))
@@ -302,10 +305,17 @@ class RandomBlock(torch.nn.Module):
                 self.vectors.append(torch.nn.Parameter(torch.empty(shape)))
                 self.program.append(("vector", src, str(rng.choice(["add", "mul"])), len(self.vectors) - 1))
                 widths.append(widths[src])
-            elif kind == "combine":
+            elif kind == "in_place" and not the_input[src]:  # changes an earlier value: later reads see it
+                how = str(rng.choice(["relu_", "mul_", "add_", "relu module"]))
+                if how == "relu module":
+                    self.acts.append(torch.nn.ReLU(inplace=True))
+                partners = [i for i, w in enumerate(widths) if w == widths[src] and (lifted[src] or not lifted[i])]
+                self.program.append(("in_place", src, how, int(rng.choice(partners)), len(self.acts) - 1))
+                widths.append(widths[src])
+            elif kind == "combine" or kind == "in_place":
                 partners = [i for i, w in enumerate(widths) if w == widths[src]]
                 other = int(rng.choice(partners))
-                op = "mul" if rng.random() < 0.4 and multiplies < 2 else "add"
+                op = "mul" if rng.random() < 0.4 and multiplies < 2 else str(rng.choice(["add", "sub"]))
                 multiplies += op == "mul"
                 self.program.append((op, src, other, str(rng.choice(["operator", "function", "method"]))))
                 widths.append(widths[src])
@@ -313,6 +323,12 @@ class RandomBlock(torch.nn.Module):
                 self.acts.append(torch.nn.Identity() if rng.random() < 0.5 else torch.nn.Dropout(0.25))
                 self.program.append(("module", src, len(self.acts) - 1))
                 widths.append(widths[src])
+            step = self.program[-1]
+            sources = [step[1]] + ([step[2]] if step[0] in ("add", "mul", "sub") else []) + \
+                ([step[3]] if step[0] == "in_place" else [])
+            lift = any(lifted[i] for i in sources) or step[0] == "vector" and self.vectors[step[3]].dim() == 2
+            lifted += [lift] * (len(widths) - len(lifted))
+            the_input += [step[0] == "module" and the_input[src]] * (len(widths) - len(the_input))
         if not any(step[0] == "linear" for step in self.program):  # convert needs a layer to fix the width
             self.layers.append(torch.nn.Linear(widths[-1], d))
             self.program.append(("linear", len(widths) - 1, len(self.layers) - 1))
@@ -355,14 +371,23 @@ class RandomBlock(torch.nn.Module):
                 else:
                     values.append(F.gelu(src, approximate="tanh") if name == "gelu_tanh" else
                                   {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[name](src))
-            elif kind in ("add", "mul"):
+            elif kind in ("add", "mul", "sub"):
                 other, style = values[step[2]], step[3]
                 if style == "operator":
-                    values.append(src + other if kind == "add" else src * other)
+                    values.append({"add": lambda: src + other, "mul": lambda: src * other,
+                                   "sub": lambda: src - other}[kind]())
                 elif style == "function":
-                    values.append(torch.add(src, other) if kind == "add" else torch.mul(src, other))
+                    values.append(getattr(torch, kind)(src, other))
                 else:
-                    values.append(src.add(other) if kind == "add" else src.mul(other))
+                    values.append(getattr(src, kind)(other))
+            elif kind == "in_place":
+                _, _, how, other, index = step
+                if how == "relu module":
+                    values.append(self.acts[index](src))
+                elif how == "relu_":
+                    values.append(src.relu_())
+                else:  # by a number or by another value (itself included)
+                    values.append(getattr(src, how)(values[other] if other != step[1] else 0.75))
             else:
                 values.append(self.acts[step[2]](src))
         return values[-1]
@@ -656,6 +681,51 @@ def test_bad_modules_and_inputs_are_refused():
         gt.linear(torch.randn(2, 8), torch.randn(4, 8), act="tanh")
     with pytest.raises(ge2.InvalidArgumentError, match="K = 7"):
         gt.gemm_bias_act(torch.randn(2, 8), torch.randn(4, 7), trans_b=True)
+
+
+class InPlace(torch.nn.Module):  # values changed in place and read again afterwards
+    def __init__(self, d, h):
+        super().__init__()
+        self.fc1, self.fc2, self.act = torch.nn.Linear(d, h), torch.nn.Linear(h, d), torch.nn.ReLU(inplace=True)
+        self.swish, self.drop = SwishInPlace(), torch.nn.Dropout(0.1)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        y = self.act(h)  # h is now relu(h)
+        z = self.drop(y)  # in eval mode z is y
+        h.mul_(0.5)  # and y and z with it
+        g = self.fc2(y + h - z * 0.25)
+        self.swish(g)  # g is now silu(g)
+        g += x
+        return g * 2 - x
+
+
+class SwishInPlace(torch.nn.Module):  # recognized by evaluation only if it left its input alone
+    def forward(self, x):
+        return x.mul_(torch.sigmoid(x))
+
+
+def test_values_changed_in_place_are_read_changed():
+    module = fresh(InPlace(12, 20), torch.float32, "cpu")
+    converted = gt.convert(module)
+    x = torch.randn(7, 12)
+    with torch.no_grad():
+        assert rel_error(converted(x), reference(module, x)) <= BOUNDS[torch.float32]
+
+    class ChangesACutLayer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = self.fc(x)
+            a = y[..., :4]
+            y.relu_()
+            return a + y[..., 4:]
+
+    with pytest.raises(ge2.InvalidArgumentError, match=r"'relu_\(fc\)' changes 'fc' in place, which node "
+                                                       r"'getitem_1' reads afterwards"):
+        gt.convert(ChangesACutLayer())
 
 
 def test_each_parameter_is_one_constant_of_its_own():
