@@ -362,6 +362,26 @@ def _mutated_operand(node, traced):
     return node.args[0] if in_place else None
 
 
+def _same_values(node) -> Optional[str]:
+    """"alias" for a call returning its operand's tensor (F.dropout in eval mode or with p = 0,
+    .contiguous(), .detach()), "copy" for one returning a copy (.clone()), else None; dropout
+    that drops is refused."""
+    if not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    if node.op == "call_method":
+        return {"contiguous": "alias", "detach": "alias", "clone": "copy"}.get(node.target) \
+            if len(node.args) == 1 and not node.kwargs else None
+    if node.target is torch.clone and len(node.args) == 1 and not node.kwargs:
+        return "copy"
+    if node.target is not F.dropout:
+        return None
+    named = dict(zip(("input", "p", "training", "inplace"), node.args), **node.kwargs)
+    if named.get("training", True) is not False and named.get("p", 0.5) != 0:
+        raise _refused(f"dropout that drops (p={named.get('p', 0.5)!r}, training={named.get('training', True)!r})",
+                       node)
+    return "alias"
+
+
 def _is_number(a) -> bool:
     return isinstance(a, (int, float)) and not isinstance(a, bool)
 
@@ -507,8 +527,24 @@ def _drop_cut_layers(r: _Recipe, cut: set) -> None:
     r.constants = {k: v for k, v in r.constants.items() if k in names}
 
 
+def _refuse_hooks(module: torch.nn.Module) -> None:
+    """Forward hooks change what a module computes, but torch.fx records calls without them."""
+    import torch.nn.modules.module as nn_module
+    if getattr(nn_module, "_global_forward_hooks", None) or getattr(nn_module, "_global_forward_pre_hooks", None):
+        raise invalid("ge2.torch.convert", "global forward hooks are registered "
+                                           "(torch.nn.modules.module.register_module_forward_hook); torch.fx does "
+                                           "not trace them")
+    for path, m in module.named_modules():
+        if getattr(m, "_forward_hooks", None) or getattr(m, "_forward_pre_hooks", None):
+            raise invalid("ge2.torch.convert", f"module '{path or type(module).__name__}' ({type(m).__name__}) has "
+                                               f"forward hooks or pre-hooks, which torch.fx does not trace; remove "
+                                               f"them or write what they do into the module")
+
+
 def _trace(module: torch.nn.Module) -> _Recipe:
     import torch.fx
+
+    _refuse_hooks(module)
 
     # Modules that are neither torch.nn's nor containers, recognized by evaluating them (before
     # tracing: a module called while fx traces would be traced): path -> ("act", name) or
@@ -548,6 +584,7 @@ def _trace(module: torch.nn.Module) -> _Recipe:
 
     rank = {}  # slot -> the least rank broadcasting gives it, where more than 1
     negations = {}  # slot -> the slot of its negation
+    aliasing = set()  # nodes that return their operand itself (Identity, eval Dropout, .contiguous())
     taken = {}  # id of a tensor taken -> (its constant's name, the tensor, kept alive so ids stay unique)
 
     def constant(hint, tensor):
@@ -757,6 +794,7 @@ def _trace(module: torch.nn.Module) -> _Recipe:
             elif isinstance(sub, torch.nn.Identity) or (isinstance(sub, torch.nn.Dropout)
                                                        and (not sub.training or sub.p == 0)):
                 slot[node] = value_of(node.args[0], node)
+                aliasing.add(node)
             else:
                 raise _refused(f"module '{node.target}' ({type(sub).__name__})", node)
         elif node.op in ("call_function", "call_method"):
@@ -790,6 +828,12 @@ def _trace(module: torch.nn.Module) -> _Recipe:
                 if stop <= start:
                     raise _refused(f"the empty column range {index!r} of a value of width {width}", node)
                 sliced_linear(node, slot[node.args[0]], start, stop)
+                return
+            same = _same_values(node)
+            if same is not None:
+                slot[node] = value_of(node.args[0], node)
+                if same == "alias":
+                    aliasing.add(node)
                 return
             operands = node_args(node)
             roots = {expression.get(a, slot.get(a)) for a in operands}
@@ -845,7 +889,7 @@ def _trace(module: torch.nn.Module) -> _Recipe:
     aliases = {}  # node -> the nodes naming one tensor (an in-place step returns its operand)
     for node in traced.graph.nodes:
         visit(node)
-        if node.op == "call_module" and node.args and slot.get(node) == slot.get(node.args[0]):
+        if node in aliasing:
             group = aliases.setdefault(node.args[0], [node.args[0]])  # Identity, Dropout: the same tensor
             group.append(node)
             aliases[node] = group

@@ -209,6 +209,18 @@ class ScaledResidual(torch.nn.Module):  # numbers, a 0-d parameter, a buffer, La
         return x * self.alpha + 0.5 * (self.ls(self.fc2(h / 3)) + self.shift)
 
 
+class FunctionalDropout(torch.nn.Module):  # F.dropout(training=self.training), copies and views
+    def __init__(self, d, h):
+        super().__init__()
+        self.fc1, self.fc2, self.p = torch.nn.Linear(d, h), torch.nn.Linear(h, d), 0.1
+
+    def forward(self, x):
+        h = F.dropout(F.gelu(self.fc1(x)), p=self.p, training=self.training)
+        kept, same = h.clone(), h.contiguous().detach()
+        h.relu_()  # same is h; kept is not
+        return self.fc2(kept + same)
+
+
 def blocks(d, h):
     return {
         "sequential_gelu": torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.GELU(), torch.nn.Dropout(0.1),
@@ -227,6 +239,7 @@ def blocks(d, h):
         "glm_swiglu": GlmSwiGLU(d, h),
         "inline_activations": InlineActivations(d, h),
         "scaled_residual": ScaledResidual(d, h),
+        "functional_dropout": FunctionalDropout(d, h),
     }
 
 
@@ -610,6 +623,26 @@ def test_bad_modules_and_inputs_are_refused():
                                    r"vector along the last dimension\)")]:
         with pytest.raises(ge2.InvalidArgumentError, match=message):
             gt.convert(Numbers(how))
+
+    with pytest.raises(ge2.InvalidArgumentError, match=r"dropout that drops \(p=0.1, training=True\) at node "
+                                                       r"'dropout'"):
+        gt.convert(FunctionalDropout(8, 8).train())
+    hooked = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())  # hooks: torch.fx does not see them
+    handle = hooked[0].register_forward_hook(lambda m, args, out: out * 3)
+    with pytest.raises(ge2.InvalidArgumentError, match=r"module '0' \(Linear\) has forward hooks or pre-hooks"):
+        gt.convert(hooked)
+    handle.remove()
+    handle = hooked.register_forward_pre_hook(lambda m, args: (args[0] * 2,))
+    with pytest.raises(ge2.InvalidArgumentError, match=r"module 'Sequential' \(Sequential\) has forward hooks"):
+        gt.convert(hooked)
+    handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, args, out: out)
+    try:
+        with pytest.raises(ge2.InvalidArgumentError, match="global forward hooks are registered"):
+            gt.convert(hooked)
+    finally:
+        handle.remove()
+    gt.convert(hooked)
 
     class Cut(torch.nn.Module):  # chunk and slices ge2 cannot take from a layer's weight rows
         def __init__(self, how):
