@@ -117,6 +117,7 @@ class Context:
         handle = ctypes.c_void_p()
         _check(_lib.ge2_context_create(_capi.API_VERSION, ctypes.byref(options), ctypes.byref(handle)))
         self._handle = handle
+        self._device = None
 
     @property
     def handle(self):
@@ -126,9 +127,11 @@ class Context:
 
     @property
     def device(self) -> str:
-        kind = ctypes.c_int()
-        _check(_lib.ge2_context_get_device_kind(self.handle, ctypes.byref(kind)))
-        return "cuda" if kind.value == 1 else "cpu"
+        if self._device is None:  # fixed for the context's life: asked once (the one-shot call reads it)
+            kind = ctypes.c_int()
+            _check(_lib.ge2_context_get_device_kind(self.handle, ctypes.byref(kind)))
+            self._device = "cuda" if kind.value == 1 else "cpu"
+        return self._device
 
     def describe(self) -> dict:
         text = ctypes.c_char_p()
