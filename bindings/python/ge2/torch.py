@@ -455,8 +455,10 @@ def _probed_linear(m: torch.nn.Module) -> Optional[tuple]:
     """(weight as [out, in], bias) for a module that is a linear map of its last dimension through
     its own `weight` [out, in] or [in, out] and optional `bias` [out] (GPT-2's Conv1D computes
     addmm(bias, x, weight) on a weight [in, out]), found by evaluating it on random rows in its
-    dtype and device; None otherwise (subclasses of nn.Linear are traced into: F.linear)."""
-    if isinstance(m, torch.nn.Linear) or any(True for _ in m.children()) or any(True for _ in m.buffers()):
+    dtype and device; None otherwise (nn.Linear itself, and subclasses keeping its forward, are
+    F.linear already; Falcon's FalconLinear computes input @ weight.T + bias in its own)."""
+    if type(m).forward is torch.nn.Linear.forward or any(True for _ in m.children()) or \
+            any(True for _ in m.buffers()):
         return None
     params = dict(m.named_parameters(recurse=False))
     weight, bias = params.get("weight"), params.get("bias")
@@ -673,7 +675,7 @@ def _trace(module: torch.nn.Module) -> _Recipe:
                 break
             act = None
         if act is None:
-            out = number_step(e)
+            out = number_step(e) or square_step(e)
             if out is not None:
                 return out
             steps = "; ".join(f"{n.name} = {_call_text(n)}" for n in order)
@@ -703,6 +705,21 @@ def _trace(module: torch.nn.Module) -> _Recipe:
         kind, c = {"add": ("add_by", c), "sub": ("add_by", -c), "mul": ("mul_by", c), "div": ("mul_by", 1 / c)}[op]
         out = new_slot(e)
         r.steps.append((kind, e.name, out, src, c))
+        return out
+
+    def square_step(e):
+        """The slot of v * v for an expression node squaring v (torch.square(v), v ** 2, v.pow(2),
+        v * v: Nemotron's relu²), or None."""
+        callee = e.target if e.op == "call_method" else getattr(e.target, "__name__", None)
+        args = list(e.args) + [e.kwargs[k] for k in ("exponent",) if k in e.kwargs]
+        squares = (callee == "square" and len(args) == 1 or callee in ("pow", "pow_") and len(args) == 2 and
+                   args[1] == 2 and not isinstance(args[1], bool) or callee == "mul" and len(args) == 2 and
+                   args[0] is args[1])
+        if not squares or not isinstance(args[0], torch.fx.Node) or set(e.kwargs) - {"exponent"} or \
+                not all_resolved([args[0]], e):
+            return None
+        out = new_slot(e)
+        r.steps.append(("mul", e.name, out, slot[args[0]], slot[args[0]]))
         return out
 
     def negated(src, node):

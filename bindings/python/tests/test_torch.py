@@ -221,6 +221,21 @@ class FunctionalDropout(torch.nn.Module):  # F.dropout(training=self.training), 
         return self.fc2(kept + same)
 
 
+class FalconLinear(torch.nn.Linear):  # transformers' Falcon: nn.Linear with its own forward
+    def forward(self, input):
+        hidden_states = input @ self.weight.T
+        return hidden_states if self.bias is None else hidden_states + self.bias
+
+
+class ReluSquared(torch.nn.Module):  # Nemotron's MLP: relu(x)² written out
+    def __init__(self, d, h):
+        super().__init__()
+        self.up_proj, self.down_proj = FalconLinear(d, h, bias=False), FalconLinear(h, d)
+
+    def forward(self, x):
+        return self.down_proj(torch.square(F.relu(self.up_proj(x)))) + F.relu(x) ** 2
+
+
 def blocks(d, h):
     return {
         "sequential_gelu": torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.GELU(), torch.nn.Dropout(0.1),
@@ -240,6 +255,7 @@ def blocks(d, h):
         "inline_activations": InlineActivations(d, h),
         "scaled_residual": ScaledResidual(d, h),
         "functional_dropout": FunctionalDropout(d, h),
+        "relu_squared": ReluSquared(d, h),
     }
 
 
