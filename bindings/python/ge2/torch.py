@@ -306,7 +306,9 @@ class _Recipe:
         self.steps = []  # (kind, fx node name, output slot, args...)
         self.constants = {}  # name -> host copy of the module's parameter, taken at conversion
         self.width = {}  # slot -> last dimension
-        self.in_features = None
+        self.in_features = None  # the first input's width
+        self.inputs = []  # (slot, name) of each input the module reads, in forward's order
+        self.input_features = ()  # their widths
         self.output = None
         self.dtype = None  # of every constant: the module's
         self.min_rank = 1  # of the output: a parameter [1, w] added to a value makes it at least 2
@@ -788,9 +790,9 @@ def _trace(module: torch.nn.Module) -> _Recipe:
 
     def visit(node):
         if node.op == "placeholder":
-            if "x" in slot.values():
-                raise _refused("a second input", node)
-            slot[node] = "x"
+            if node.users:  # an argument forward does not read is not an input
+                slot[node] = f"x{len(r.inputs)}"
+                r.inputs.append((slot[node], node.target))
         elif node.op == "get_attr":
             params[node] = operator.attrgetter(node.target)(traced)
         elif node.op == "call_module":
@@ -937,10 +939,13 @@ def _trace(module: torch.nn.Module) -> _Recipe:
         rank[out] = max([rank.get(out, 1)] + [rank.get(a, 1) for a in _reads(kind, args)])
     r.min_rank = rank.get(r.output, 1)
     _infer_widths(r, fixed)
-    r.in_features = r.width.get("x")
-    if r.in_features is None:
-        raise invalid("ge2.torch.convert", "no linear layer determines the module's input width")
-    if r.output is None or r.output == "x" or not r.steps:
+    unknown = [name for s, name in r.inputs if s not in r.width]
+    if unknown or not r.inputs:
+        raise invalid("ge2.torch.convert", f"no linear layer determines the width of the module's input "
+                                           f"'{unknown[0] if unknown else 'x'}'")
+    r.input_features = tuple(r.width[s] for s, _ in r.inputs)
+    r.in_features = r.input_features[0]
+    if r.output is None or r.output in dict(r.inputs) or not r.steps:
         raise invalid("ge2.torch.convert", "the module computes nothing ge2 can run from its input")
     dtypes = {t.dtype for t in r.constants.values()}
     if len(dtypes) != 1 or next(iter(dtypes)) not in _DTYPE_CODES:
@@ -952,7 +957,7 @@ def _trace(module: torch.nn.Module) -> _Recipe:
 
 def _build_graph(r: _Recipe, tokens: int, dtype: str, dynamic: bool) -> ge2.Graph:
     g = ge2.Graph()
-    value = {"x": g.input("x", (tokens, r.in_features), dtype, dynamic=dynamic)}
+    value = {s: g.input(name, (tokens, r.width[s]), dtype, dynamic=dynamic) for s, name in r.inputs}
     consts = {}
 
     def const(name):
@@ -983,15 +988,15 @@ def _build_graph(r: _Recipe, tokens: int, dtype: str, dynamic: bool) -> ge2.Grap
 
 
 @torch.library.custom_op("ge2::module_forward", mutates_args=())
-def _module_forward_op(module_id: int, x: Tensor) -> Tensor:
-    return _lookup(module_id, "ge2.torch.module_forward")._run(x)
+def _module_forward_op(module_id: int, inputs: list[Tensor]) -> Tensor:
+    return _lookup(module_id, "ge2.torch.module_forward")._run(inputs)
 
 
 @_module_forward_op.register_fake
-def _(module_id, x):
+def _(module_id, inputs):
     module = _lookup(module_id, "ge2.torch.module_forward")
-    module._check_input(x)
-    return x.new_empty(module.output_shape(x))
+    module._check_inputs(inputs)
+    return inputs[0].new_empty(module.output_shape(inputs[0]))
 
 
 class Ge2Module(torch.nn.Module):
@@ -1009,6 +1014,10 @@ class Ge2Module(torch.nn.Module):
         self._recipe = recipe
         self._name = name
         self.in_features = recipe.in_features
+        self.input_features = recipe.input_features
+        self._input_names = [name for _, name in recipe.inputs]
+        self._names = [name.encode() for name in self._input_names] + [b"y"]
+        self._binding_type = ge2._capi.Binding * len(self._names)
         self.out_features = recipe.width[recipe.output]
         self.dtype = recipe.dtype
         self._options = dict(fuse=fuse, allow_tf32=allow_tf32, graph_replay=graph_replay, allow_fp8=allow_fp8,
@@ -1026,13 +1035,28 @@ class Ge2Module(torch.nn.Module):
         return (f"{self._name}, in_features={self.in_features}, out_features={self.out_features}, "
                 f"dtype={self.dtype}, plans={len(self._plans)}")
 
-    def _check_input(self, x: Tensor) -> None:
+    def _check_inputs(self, inputs: list) -> None:
         f = "ge2.torch.Ge2Module"
-        if x.dim() < 1 or x.shape[-1] != self.in_features:
-            raise invalid(f, f"input of shape {tuple(x.shape)}: the last dimension must be {self.in_features}")
-        if x.dtype != self.dtype:
-            raise TypeError(f"{f}: input is {x.dtype} but the module's weights are {self.dtype}; convert the "
-                            f"module in the input's dtype")
+        if len(inputs) == 1 == len(self.input_features):  # the usual module, checked without a loop
+            x = inputs[0]
+            if x.dim() >= 1 and x.shape[-1] == self.in_features and x.dtype == self.dtype:
+                return
+        if len(inputs) != len(self.input_features):
+            raise invalid(f, f"{len(inputs)} inputs given; the module takes {len(self.input_features)} "
+                             f"({', '.join(self._input_names)})")
+        for i, (x, width) in enumerate(zip(inputs, self.input_features)):
+            if x.dim() < 1 or x.shape[-1] != width:
+                raise invalid(f, f"{self._what(i)} of shape {tuple(x.shape)}: the last dimension must be {width}")
+            if x.dtype != self.dtype:
+                raise TypeError(f"{f}: {self._what(i)} is {x.dtype} but the module's weights are {self.dtype}; "
+                                f"convert the module in the input's dtype")
+            if i and (x.shape[:-1] != inputs[0].shape[:-1] or x.device != inputs[0].device):
+                raise invalid(f, f"{self._what(i)} of shape {tuple(x.shape)} on {x.device}: the inputs must share "
+                                 f"their leading dimensions and device ({tuple(inputs[0].shape)} on "
+                                 f"{inputs[0].device})")
+
+    def _what(self, i: int) -> str:
+        return "input" if len(self._input_names) == 1 else f"input {i} ({self._input_names[i]})"
 
     def output_shape(self, x: Tensor) -> tuple:
         """x's leading dimensions and out_features, with leading 1s up to the rank that parameters
@@ -1071,28 +1095,38 @@ class Ge2Module(torch.nn.Module):
                 self._contexts[key] = ge2.Context(device=key[0], ordinal=key[1], tune=self._tune)
             return self._contexts[key]
 
-    def _run(self, x: Tensor) -> Tensor:
-        x = _plain(x, "x", "ge2.torch.Ge2Module")
-        self._check_input(x)
+    def _run(self, inputs: list) -> Tensor:
+        if len(inputs) == 1:  # the usual module: no lists on the per-call path
+            x = _plain(inputs[0], self._input_names[0], "ge2.torch.Ge2Module")
+            inputs = [x]
+        else:
+            inputs = [_plain(t, name, "ge2.torch.Ge2Module") for t, name in zip(inputs, self._input_names)]
+            x = inputs[0]
+        self._check_inputs(inputs)
         tokens = x.numel() // self.in_features
         y = x.new_empty(self.output_shape(x))
         if tokens == 0:
             return y
-        rows = x if x.is_contiguous() else x.contiguous()
-        plan = self.plan_for(rows)
-        # The plan runs this row count, dtype and device, and both arrays are dense: only the
+        if len(inputs) == 1:
+            rows = x if x.is_contiguous() else x.contiguous()
+            plan = self.plan_for(rows)
+            bindings = self._binding_type((self._names[0], rows.data_ptr()), (b"y", y.data_ptr()))
+        else:
+            rows = [t if t.is_contiguous() else t.contiguous() for t in inputs]
+            plan = self.plan_for(rows[0])
+            bindings = self._binding_type(*zip(self._names, [t.data_ptr() for t in rows] + [y.data_ptr()]))
+        # The plan runs this row count, dtype and device, and the arrays are dense: only the
         # pointers are new, so the binding's per-array checks are skipped.
-        bindings = (ge2._capi.Binding * 2)((b"x", rows.data_ptr()), (b"y", y.data_ptr()))
         stream = ge2._arrays._torch_current_stream(torch, x.device) if x.is_cuda else None
         if plan.max_extent:
-            ge2._check(ge2._lib.ge2_plan_execute_dynamic(plan._handle, tokens, bindings, 2, stream))
+            ge2._check(ge2._lib.ge2_plan_execute_dynamic(plan._handle, tokens, bindings, len(self._names), stream))
         else:
-            ge2._check(ge2._lib.ge2_plan_execute(plan._handle, bindings, 2, stream))
+            ge2._check(ge2._lib.ge2_plan_execute(plan._handle, bindings, len(self._names), stream))
         return y
 
-    def forward(self, x: Tensor) -> Tensor:
-        _refuse_grad("ge2.torch.Ge2Module", x)
-        return torch.ops.ge2.module_forward(self._id, x) if _compiling() else self._run(x)
+    def forward(self, *inputs: Tensor) -> Tensor:
+        _refuse_grad("ge2.torch.Ge2Module", *inputs)
+        return torch.ops.ge2.module_forward(self._id, list(inputs)) if _compiling() else self._run(list(inputs))
 
 
 def convert(module: torch.nn.Module, *, tune: str = "cached", graph_replay: bool = False, fuse: bool = True,

@@ -1,5 +1,6 @@
 """ge2.torch: the custom operators and nn.Module conversion, against fp64 references computed by
 PyTorch from the same weights. CPU always (where torch imports); CUDA when a GPU is present."""
+import copy
 import math
 import os
 
@@ -580,7 +581,7 @@ def test_operators_pass_opcheck(device):
     x, w, b = torch.randn(6, 16, device=device), torch.randn(10, 16, device=device), torch.randn(10, device=device)
     torch.library.opcheck(torch.ops.ge2.gemm_bias_act.default, (x, w, b, "relu", False, True, 1.0))
     converted = gt.convert(fresh(torch.nn.Sequential(torch.nn.Linear(16, 8)), torch.float32, device))
-    torch.library.opcheck(torch.ops.ge2.module_forward.default, (converted._id, x))
+    torch.library.opcheck(torch.ops.ge2.module_forward.default, (converted._id, [x]))
 
 
 @pytest.mark.parametrize("device", devices())
@@ -707,7 +708,7 @@ def test_bad_modules_and_inputs_are_refused():
 
     with pytest.raises(ge2.InvalidArgumentError, match=r"module 'act' \(Scalable\) called with arguments"):
         gt.convert(CallsScalable())
-    with pytest.raises(ge2.InvalidArgumentError, match="a second input"):
+    with pytest.raises(ge2.InvalidArgumentError, match="function 'bilinear' at node 'bilinear'"):
         gt.convert(torch.nn.Bilinear(4, 4, 4))
     with pytest.raises(ge2.InvalidArgumentError, match="widths"):
         gt.convert(_Mismatch())
@@ -775,6 +776,61 @@ def test_values_changed_in_place_are_read_changed():
     with pytest.raises(ge2.InvalidArgumentError, match=r"'relu_\(fc\)' changes 'fc' in place, which node "
                                                        r"'getitem_1' reads afterwards"):
         gt.convert(ChangesACutLayer())
+
+
+def dropout_add(x, residual, prob, training):  # transformers' Bloom helper
+    return residual + F.dropout(x, p=prob, training=training)
+
+
+class BloomMLP(torch.nn.Module):  # the residual comes in as a second argument (Bloom, MPT)
+    def __init__(self, d, h):
+        super().__init__()
+        self.dense_h_to_4h, self.dense_4h_to_h = torch.nn.Linear(d, h), torch.nn.Linear(h, d)
+        self.gelu_impl, self.hidden_dropout = NewGELU(), 0.1
+
+    def forward(self, hidden_states, residual, unused=None):
+        hidden_states = self.gelu_impl(self.dense_h_to_4h(hidden_states))
+        return dropout_add(self.dense_4h_to_h(hidden_states), residual, self.hidden_dropout, self.training)
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_modules_of_several_inputs(device, dynamic):
+    module = fresh(BloomMLP(24, 40), torch.float16, device)
+    converted = gt.convert(module, dynamic=dynamic)
+    assert converted.input_features == (24, 24)
+    for shape in [(5, 24), (2, 3, 24), (24,)]:
+        x, residual = (torch.randn(shape, device=device).half() for _ in range(2))
+        with torch.no_grad():
+            y = converted(x, residual)
+            want = copy.deepcopy(module).double()(x.double(), residual.double())
+        assert y.shape == want.shape and rel_error(y, want) <= BOUNDS[torch.float16]
+    torch.library.opcheck(torch.ops.ge2.module_forward.default, (converted._id, [x, residual]))
+    with pytest.raises(ge2.InvalidArgumentError, match=r"1 inputs given; the module takes 2 \(hidden_states, "
+                                                       r"residual\)"):
+        with torch.no_grad():
+            converted(x)
+    with pytest.raises(ge2.InvalidArgumentError, match=r"input 1 \(residual\) of shape \(1, 24\) on .*: the "
+                                                       r"inputs must share their leading dimensions"):
+        with torch.no_grad():
+            converted(x, residual[None])
+    with pytest.raises(ge2.InvalidArgumentError, match=r"input 1 \(residual\) of shape \(23,\): the last "
+                                                       r"dimension must be 24"):
+        with torch.no_grad():
+            converted(x, residual[:23])
+
+    class Unfixed(torch.nn.Module):  # nothing says how wide `scale` is
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x, scale):
+            F.relu(scale)
+            return self.fc(x)
+
+    with pytest.raises(ge2.InvalidArgumentError, match="no linear layer determines the width of the module's "
+                                                       "input 'scale'"):
+        gt.convert(Unfixed())
 
 
 def test_each_parameter_is_one_constant_of_its_own():
