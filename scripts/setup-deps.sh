@@ -48,6 +48,21 @@ if [ -n "${GE2_TORCH_DIR:-}" ] && [ ! -d "$GE2_TORCH_DIR/torch" ] && ! python3 -
     echo "setup-deps: no CUDA toolkit for PyTorch's libraries; the ge2.torch tests will be skipped"
   fi
 fi
+# transformers for bindings/python/tests/test_transformers.py (ge2.torch.convert on the library's
+# MLP classes), when the caller names a folder for it (scripts/test.sh does) and the environment
+# has none: pinned with the libraries its modeling files import, --no-deps, into that folder
+# only. Measured: 12 s, 149 MB. GE2_TRANSFORMERS_DIR= (empty) skips it.
+if [ -n "${GE2_TRANSFORMERS_DIR:-}" ] && [ ! -d "$GE2_TRANSFORMERS_DIR/transformers" ] &&
+  ! python3 -c "import transformers" > /dev/null 2>&1; then
+  echo "setup-deps: installing transformers 4.57.1 for the conversion tests into $GE2_TRANSFORMERS_DIR"
+  rm -rf "$GE2_TRANSFORMERS_DIR.partial"
+  python3 -m pip install -q --no-deps --target "$GE2_TRANSFORMERS_DIR.partial" transformers==4.57.1 \
+    huggingface_hub==0.36.2 tokenizers==0.22.2 safetensors==0.8.0 regex==2026.12.2 pyyaml==6.0.4 \
+    packaging==26.4 requests==2.34.2 urllib3==2.8.0 idna==3.20 certifi==2026.10.19.post1 \
+    charset_normalizer==3.5.3 tqdm==4.70.1 2> /dev/null &&
+    mv "$GE2_TRANSFORMERS_DIR.partial" "$GE2_TRANSFORMERS_DIR" ||
+    echo "setup-deps: transformers could not be installed; test_transformers.py will be skipped"
+fi
 # python3 -m venv (the wheel is installed into a fresh environment in the tests).
 if ! python3 -c "import ensurepip" > /dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo

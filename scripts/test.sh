@@ -19,6 +19,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 # Where setup-deps puts PyTorch for the ge2.torch tests when the environment has none.
 export GE2_TORCH_DIR=${GE2_TORCH_DIR-$HOME/.cache/ge2/torch-2.15.0}
+# And transformers, whose MLP classes test_transformers.py converts.
+export GE2_TRANSFORMERS_DIR=${GE2_TRANSFORMERS_DIR-$HOME/.cache/ge2/transformers-4.57.1}
 bash scripts/setup-deps.sh
 step() { printf '\n==== %s\n' "$*"; }
 
@@ -40,6 +42,8 @@ ctest --test-dir build-cpu --output-on-failure
 step "3. Python binding and API documentation"
 torch_path=""
 [ -n "$GE2_TORCH_DIR" ] && [ -d "$GE2_TORCH_DIR/torch" ] && torch_path=":$GE2_TORCH_DIR"
+[ -n "$GE2_TRANSFORMERS_DIR" ] && [ -d "$GE2_TRANSFORMERS_DIR/transformers" ] &&
+  torch_path="$torch_path:$GE2_TRANSFORMERS_DIR"
 GE2_LIBRARY=$ROOT/build-cpu/src/libge2.so PYTHONPATH=$ROOT/bindings/python$torch_path \
   python3 -m pytest -q -rs bindings/python/tests
 python3 scripts/check_api_docs.py build-cpu/src/libge2.so docs/api.md

@@ -1,0 +1,117 @@
+"""ge2.torch.convert on the feed-forward modules of Hugging Face transformers, as the library
+writes them (fused gate/up projections cut by chunk, Conv1D, FalconLinear, activations as its own
+classes, residuals passed in): each converted module against the module run in float64 on fresh
+random weights. Needs transformers (scripts/setup-deps.sh installs 4.57.1 next to the tests'
+PyTorch); skipped with a message without it."""
+import copy
+import importlib
+import math
+
+import pytest
+
+try:
+    import torch
+    import transformers
+except (ImportError, OSError) as e:
+    pytest.skip(f"SKIPPED: PyTorch or transformers is not importable here ({e})", allow_module_level=True)
+
+import ge2
+import ge2.torch as gt
+
+H, I = 64, 176  # hidden and intermediate sizes: small, not multiples of each other's tiles
+
+# name -> (model folder, module class, config class, config arguments, how the module takes them)
+MODULES = {
+    "llama": ("llama", "LlamaMLP", "LlamaConfig", dict(hidden_size=H, intermediate_size=I), "config"),
+    "mistral": ("mistral", "MistralMLP", "MistralConfig", dict(hidden_size=H, intermediate_size=I), "config"),
+    "qwen2": ("qwen2", "Qwen2MLP", "Qwen2Config", dict(hidden_size=H, intermediate_size=I), "config"),
+    "qwen2_moe_expert": ("qwen2_moe", "Qwen2MoeMLP", "Qwen2MoeConfig", dict(hidden_size=H), "config, I"),
+    "mixtral_expert": ("mixtral", "MixtralBlockSparseTop2MLP", "MixtralConfig",
+                       dict(hidden_size=H, intermediate_size=I), "config"),
+    "deepseek_v3": ("deepseek_v3", "DeepseekV3MLP", "DeepseekV3Config", dict(hidden_size=H, intermediate_size=I),
+                    "config"),
+    "gemma": ("gemma", "GemmaMLP", "GemmaConfig", dict(hidden_size=H, intermediate_size=I), "config"),
+    "gemma2": ("gemma2", "Gemma2MLP", "Gemma2Config", dict(hidden_size=H, intermediate_size=I), "config"),
+    "phi3": ("phi3", "Phi3MLP", "Phi3Config", dict(hidden_size=H, intermediate_size=I), "config"),
+    "glm": ("glm", "GlmMLP", "GlmConfig", dict(hidden_size=H, intermediate_size=I), "config"),
+    "phi": ("phi", "PhiMLP", "PhiConfig", dict(hidden_size=H, intermediate_size=I), "config"),
+    "gpt2": ("gpt2", "GPT2MLP", "GPT2Config", dict(n_embd=H), "I, config"),
+    "gpt_bigcode": ("gpt_bigcode", "GPTBigCodeMLP", "GPTBigCodeConfig", dict(n_embd=H), "I, config"),
+    "gptj": ("gptj", "GPTJMLP", "GPTJConfig", dict(n_embd=H), "I, config"),
+    "gpt_neox": ("gpt_neox", "GPTNeoXMLP", "GPTNeoXConfig", dict(hidden_size=H, intermediate_size=I), "config"),
+    "falcon": ("falcon", "FalconMLP", "FalconConfig", dict(hidden_size=H), "config"),
+    "bloom": ("bloom", "BloomMLP", "BloomConfig", dict(hidden_size=H), "config"),
+    "mpt": ("mpt", "MptMLP", "MptConfig", dict(d_model=H, expansion_ratio=3), "config"),
+    "t5": ("t5", "T5DenseActDense", "T5Config", dict(d_model=H, d_ff=I), "config"),
+    "t5_gated_gelu": ("t5", "T5DenseGatedActDense", "T5Config",
+                      dict(d_model=H, d_ff=I, feed_forward_proj="gated-gelu"), "config"),
+    "bert_intermediate": ("bert", "BertIntermediate", "BertConfig", dict(hidden_size=H, intermediate_size=I),
+                          "config"),
+    "vit_intermediate": ("vit", "ViTIntermediate", "ViTConfig", dict(hidden_size=H, intermediate_size=I), "config"),
+    "siglip": ("siglip", "SiglipMLP", "SiglipVisionConfig", dict(hidden_size=H, intermediate_size=I), "config"),
+    "olmo": ("olmo", "OlmoMLP", "OlmoConfig", dict(hidden_size=H, intermediate_size=I), "config"),
+    "starcoder2": ("starcoder2", "Starcoder2MLP", "Starcoder2Config", dict(hidden_size=H, intermediate_size=I),
+                   "config"),
+    "granite": ("granite", "GraniteMLP", "GraniteConfig", dict(hidden_size=H, intermediate_size=I), "config"),
+    "cohere": ("cohere", "CohereMLP", "CohereConfig", dict(hidden_size=H, intermediate_size=I), "config"),
+    "nemotron": ("nemotron", "NemotronMLP", "NemotronConfig", dict(hidden_size=H, intermediate_size=I), "config"),
+}
+
+# What ge2 cannot run, refused with a message naming it.
+REFUSED = {
+    "clip_quick_gelu": (("clip", "CLIPMLP", "CLIPTextConfig", dict(hidden_size=H, intermediate_size=I), "config"),
+                        r"the elementwise computation \[mul = mul\(1.702, fc1\); sigmoid = sigmoid\(mul\); "
+                        r"mul_1 = mul\(fc1, sigmoid\)\]"),
+    "t5_layer_norm": (("t5", "T5LayerFF", "T5Config", dict(d_model=H, d_ff=I), "config"),
+                      "torch.fx cannot trace the module"),
+}
+
+BOUNDS = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+
+
+def build(spec, dtype):
+    folder, cls, config_cls, kwargs, style = spec
+    modeling = importlib.import_module(f"transformers.models.{folder}.modeling_{folder}")
+    config = getattr(importlib.import_module(f"transformers.models.{folder}.configuration_{folder}"),
+                     config_cls)(**kwargs)
+    args = {"config": (config,), "config, I": (config, I), "I, config": (I, config)}[style]
+    torch.manual_seed(0)
+    module = getattr(modeling, cls)(*args)
+    with torch.no_grad():
+        for p in module.parameters():  # nn.Linear's init scale, biases too (several start at zero)
+            p.uniform_(-1, 1).mul_(1 / math.sqrt(p.shape[-1]))
+    return module.to(dtype).eval()
+
+
+def devices():
+    out = ["cpu"]
+    if torch.cuda.is_available():
+        out.append(pytest.param("cuda", marks=pytest.mark.gpu))
+    return out
+
+
+def rel_error(got, want):
+    got = got.double()
+    return ((got - want).norm() / want.norm()).item() if torch.isfinite(got).all() else math.inf
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", list(MODULES))
+def test_transformers_mlp_converts_and_matches_fp64(device, dtype, name):
+    module = build(MODULES[name], dtype).to(device)
+    converted = gt.convert(module)
+    inputs = [torch.randn(3, 7, H, device=device).to(dtype) for _ in converted.input_features]
+    with torch.no_grad():
+        got, own = converted(*inputs), module(*inputs)
+        want = copy.deepcopy(module).double()(*(x.double() for x in inputs))
+    assert got.shape == want.shape and got.dtype == dtype
+    error, bound = rel_error(got, want), max(BOUNDS[dtype], 2 * rel_error(own, want))
+    assert error <= bound, (name, transformers.__version__, error, bound)
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_transformers_modules_ge2_cannot_run_are_refused(name):
+    spec, message = REFUSED[name]
+    with pytest.raises(ge2.InvalidArgumentError, match=message):
+        gt.convert(build(spec, torch.float32))
