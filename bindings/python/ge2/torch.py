@@ -1000,8 +1000,9 @@ def _(module_id, inputs):
 
 
 class Ge2Module(torch.nn.Module):
-    """A module converted by `convert`: forward(x) with x [..., in_features] runs a ge2 plan on x's
-    device. Dynamic (the default): one plan per device whose token count is dynamic, compiled on
+    """A module converted by `convert`: forward(x) with x [..., in_features] (or one tensor per
+    input the original forward reads, widths `input_features`, leading dimensions shared) runs a
+    ge2 plan on x's device. Dynamic (the default): one plan per device whose token count is dynamic, compiled on
     first use with a bound of max(max_tokens, the call's count rounded up to a power of two) and
     recompiled with a doubled bound when a larger count comes. Otherwise one plan per row count
     and device, the `max_plans` most recent kept. Each plan holds its own copy of the weights on
