@@ -140,6 +140,7 @@ typedef enum ge2_activation {
   GE2_ACT_GELU_ERF = 2,         /* x * 0.5 * (1 + erf(x / sqrt(2))) */
   GE2_ACT_GELU_TANH = 3,        /* x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) */
   GE2_ACT_SILU = 4,             /* x * sigmoid(x) = x / (1 + exp(-x)) (added in 2.2) */
+  GE2_ACT_QUICK_GELU = 5,       /* x * sigmoid(1.702 x): CLIP's QuickGELU (added in 2.6) */
   GE2_ACT_MAX_ENUM = 0x7fffffff /* not a value: keeps the enum 32 bits wide */
 } ge2_activation_t;
 

@@ -317,9 +317,9 @@ TEST_CASE("errors: one-shot parameter block") {
   expect_error(ge2_gemm_bias_act(context.get(), &p, buffer, buffer, nullptr, buffer, nullptr),
                GE2_ERROR_INVALID_ARGUMENT, {"'params->stride_d' = 5", "overlap"});
   p.stride_d = 0;
-  p.activation = static_cast<ge2_activation_t>(5);
+  p.activation = static_cast<ge2_activation_t>(GE2_ACT_QUICK_GELU + 1);
   expect_error(ge2_gemm_bias_act(context.get(), &p, buffer, buffer, nullptr, buffer, nullptr),
-               GE2_ERROR_INVALID_ARGUMENT, {"'params->activation' = 5"});
+               GE2_ERROR_INVALID_ARGUMENT, {"'params->activation' = 6"});
   p.activation = GE2_ACT_RELU;
   p.dtype = static_cast<ge2_dtype_t>(0);
   expect_error(ge2_gemm_bias_act(context.get(), &p, buffer, buffer, nullptr, buffer, nullptr),

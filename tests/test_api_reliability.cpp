@@ -143,7 +143,8 @@ TEST_CASE("reliability: out-of-range enums passed by value are refused") {
   const auto dx = desc(4, 4);
   ge2_value_t x, out;
   REQUIRE(ge2_graph_add_input(graph.get(), "x", &dx, &x) == GE2_OK);
-  for (int bad : {-1, 5, 77, INT_MAX, INT_MIN, static_cast<int>(0xfffffffeu)}) {
+  for (int bad :
+       {-1, GE2_ACT_QUICK_GELU + 1, 77, INT_MAX, INT_MIN, static_cast<int>(0xfffffffeu)}) {
     CAPTURE(bad);
     expect_status(raw_graph_add_activation(graph.get(), x, bad, &out), GE2_ERROR_INVALID_ARGUMENT,
                   "ge2_graph_add_activation", {"argument 'act'", std::to_string(bad).c_str()});

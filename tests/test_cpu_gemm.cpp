@@ -20,8 +20,8 @@ TEST_CASE("cpu: every dtype x bias x activation x transpose combination matches 
   auto memory = host_memory();
   for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
     for (bool has_bias : {false, true})
-      for (ge2_activation_t act :
-           {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_SILU})
+      for (ge2_activation_t act : {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH,
+                                   GE2_ACT_SILU, GE2_ACT_QUICK_GELU})
         for (bool trans_a : {false, true})
           for (bool trans_b : {false, true}) {
             GemmCase c;

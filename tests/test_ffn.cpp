@@ -347,8 +347,8 @@ TEST_CASE(
   auto context = make_context(GE2_DEVICE_CPU);
   auto memory = host_memory();
   for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
-    for (ge2_activation_t act :
-         {GE2_ACT_SILU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_RELU, GE2_ACT_NONE})
+    for (ge2_activation_t act : {GE2_ACT_SILU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_RELU,
+                                 GE2_ACT_NONE, GE2_ACT_QUICK_GELU})
       for (bool trans_b : {true, false})
         for (bool bias : {false, true}) {
           const GluCase c{.dtype = dtype,
@@ -369,7 +369,8 @@ TEST_CASE(
           CHECK(steps[0]["problem"]["has_bias"] == bias);
           // Even an activation a GEMM epilogue could compute moves into the gated multiply.
           CHECK(steps[0]["problem"]["activation"] == "none");
-          constexpr const char* kNames[] = {"none", "relu", "gelu_erf", "gelu_tanh", "silu"};
+          constexpr const char* kNames[] = {"none",      "relu", "gelu_erf",
+                                            "gelu_tanh", "silu", "quick_gelu"};
           CHECK(steps[0]["gated_epilogue"].get<std::string>().find(
                     std::string("(") + kNames[act] + "(gate) * up)") != std::string::npos);
           const auto& unfused = steps[0]["kernel"]["unaligned_pointers_run"];

@@ -77,7 +77,8 @@ TEST_CASE("fp8: allow_fp8 on the CPU backend runs cpu_fp8_ref, its error measure
   auto context = make_context(GE2_DEVICE_CPU);
   auto memory = host_memory();
   for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
-    for (ge2_activation_t act : {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_SILU})
+    for (ge2_activation_t act :
+         {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_SILU, GE2_ACT_QUICK_GELU})
       for (bool residual : {false, true})
         for (bool weight_input : {false, true}) {
           Fp8LayerCase c{.dtype = dtype,

@@ -56,8 +56,8 @@ TEST_CASE(
   int cases = 0;
   for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
     for (bool has_bias : {false, true})
-      for (ge2_activation_t act :
-           {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_SILU})
+      for (ge2_activation_t act : {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH,
+                                   GE2_ACT_SILU, GE2_ACT_QUICK_GELU})
         for (bool trans_a : {false, true})
           for (bool trans_b : {false, true})
             for (const char* kernel : {static_cast<const char*>(nullptr), "cuda_f32"}) {
@@ -256,7 +256,8 @@ TEST_CASE("gpu: unfused bias and activation steps on dense, padded and batched o
   auto context = make_context(GE2_DEVICE_CUDA);
   DeviceMemory memory;
   for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
-    for (ge2_activation_t act : {GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_SILU})
+    for (ge2_activation_t act :
+         {GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_SILU, GE2_ACT_QUICK_GELU})
       for (int layout = 0; layout < 3; ++layout) {
         GemmCase c;
         c.dtype = dtype;

@@ -61,8 +61,8 @@ TEST_CASE("gpu cutlass: each configuration x dtype x activation x bias x C match
       {{1, 8, 8}, {37, 72, 40}, {129, 264, 136}, {300, 520, 1000}, {1024, 768, 512}}};
   int cases = 0;
   for (const CutlassKernel& kernel : kCutlassKernels)
-    for (ge2_activation_t act :
-         {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_SILU})
+    for (ge2_activation_t act : {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH,
+                                 GE2_ACT_SILU, GE2_ACT_QUICK_GELU})
       for (int variant = 0; variant < 4; ++variant) {
         const auto [m, n, k] = sizes[static_cast<std::size_t>(cases) % sizes.size()];
         GemmCase c;
@@ -123,7 +123,8 @@ TEST_CASE("gpu cutlass: untuned, the selector keeps cuBLASLt and lists CUTLASS a
   if (!cutlass_offered(context.get())) return;
   DeviceMemory memory;
   for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
-    for (ge2_activation_t act : {GE2_ACT_GELU_ERF, GE2_ACT_SILU, GE2_ACT_GELU_TANH}) {
+    for (ge2_activation_t act :
+         {GE2_ACT_GELU_ERF, GE2_ACT_SILU, GE2_ACT_GELU_TANH, GE2_ACT_QUICK_GELU}) {
       GemmCase c;
       c.dtype = dtype;
       c.m = 512;
@@ -286,8 +287,8 @@ TEST_CASE(
   int cases = 0;
   for (const auto& [kernel, dtype] : {std::pair{"cutlass_f16_128x128", GE2_DTYPE_F16},
                                       std::pair{"cutlass_bf16_128x128", GE2_DTYPE_BF16}})
-    for (ge2_activation_t act :
-         {GE2_ACT_SILU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_RELU, GE2_ACT_NONE})
+    for (ge2_activation_t act : {GE2_ACT_SILU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_RELU,
+                                 GE2_ACT_NONE, GE2_ACT_QUICK_GELU})
       for (int variant = 0; variant < 4; ++variant) {
         const auto [t, h, n] = sizes[static_cast<std::size_t>(cases) % sizes.size()];
         const GluCase c{.dtype = dtype,

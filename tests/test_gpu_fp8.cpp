@@ -59,8 +59,8 @@ TEST_CASE("gpu fp8: lt_fp8_e4m3 layers against fp64 and the e4m3 oracle") {
   for (const char* kernel : {"lt_fp8_e4m3", "lt_fp8_e4m3_fast"})
     for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
       for (const Size& size : sizes)
-        for (ge2_activation_t act :
-             {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_SILU})
+        for (ge2_activation_t act : {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF,
+                                     GE2_ACT_GELU_TANH, GE2_ACT_SILU, GE2_ACT_QUICK_GELU})
           for (int variant = 0; variant < 3; ++variant) {
             Fp8LayerCase c{.dtype = dtype,
                            .m = size.m,

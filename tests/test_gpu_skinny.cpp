@@ -22,8 +22,8 @@ TEST_CASE("gpu skinny: each dtype x rows x activation x bias x C matches fp64") 
   int cases = 0;
   for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
     for (std::int64_t m : {1, 2, 3, 5, 8})
-      for (ge2_activation_t act :
-           {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_SILU})
+      for (ge2_activation_t act : {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH,
+                                   GE2_ACT_SILU, GE2_ACT_QUICK_GELU})
         for (int variant = 0; variant < 4; ++variant) {
           GemmCase c;
           c.dtype = dtype;

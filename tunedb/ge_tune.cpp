@@ -1,7 +1,8 @@
 // ge_tune: prebuilds and manages ge2's tuning database.
 //
 //   ge_tune [--db FILE] tune   [--shape MxNxK[xB]]... [--shapes-file F] [--preset FFN]
-//                              [--dtype f16|bf16|f32] [--act none|relu|gelu|gelu_tanh|silu]
+//                              [--dtype f16|bf16|f32] [--act
+//                              none|relu|gelu|gelu_tanh|silu|quick_gelu]
 //                              [--no-bias] [--weights nk|kn] [--from-recorded FILE]
 //                              [--device cuda|cpu] [--device-ordinal N] [--json]
 //   ge_tune [--db FILE] check  (the same options; which algorithm each shape gets)
@@ -32,6 +33,7 @@
 #include <map>
 #include <regex>
 
+#include "core/activation.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/tensor_type.hpp"
@@ -69,6 +71,15 @@ Shape parse_shape(const std::string& text) {
 
 // Transformer feed-forward shapes for a hidden size: up- and down-projection
 // (4x expansion) at a token count.
+// --act's choices: the activation table's names, and "gelu" for its erf form (as the Python
+// binding spells it).
+std::map<std::string, ge2_activation_t> activation_choices() {
+  std::map<std::string, ge2_activation_t> choices{{"gelu", GE2_ACT_GELU_ERF}};
+  for (const ge2::ActivationInfo& row : ge2::kActivations)
+    choices[row.name] = static_cast<ge2_activation_t>(row.act);
+  return choices;
+}
+
 std::vector<Shape> preset_shapes(const std::string& preset) {
   static const std::regex pattern(R"(ffn:(\d+)(?::(\d+))?)");
   std::smatch match;
@@ -304,8 +315,8 @@ int main(int argc, char** argv) {
     sub->add_option("--preset", presets, "ffn:HIDDEN[:TOKENS] (transformer feed-forward shapes)");
     sub->add_option("--dtype", dtype_text, "f16, bf16 or f32")
         ->check(CLI::IsMember({"f16", "bf16", "f32"}));
-    sub->add_option("--act", act_text, "none, relu, gelu (erf), gelu_tanh or silu")
-        ->check(CLI::IsMember({"none", "relu", "gelu", "gelu_tanh", "silu"}));
+    sub->add_option("--act", act_text, "none, relu, gelu (erf), gelu_tanh, silu or quick_gelu")
+        ->check(CLI::IsMember(activation_choices()));
     sub->add_flag("--no-bias", no_bias, "tune the GEMM without a bias");
     sub->add_option("--weights", weights_text,
                     "B's layout: nk (an [N, K] weight used transposed, as torch.nn.Linear "
@@ -385,11 +396,7 @@ int main(int argc, char** argv) {
       const ge2_dtype_t dtype = dtype_text == "f16"    ? GE2_DTYPE_F16
                                 : dtype_text == "bf16" ? GE2_DTYPE_BF16
                                                        : GE2_DTYPE_F32;
-      const ge2_activation_t act = act_text == "none"        ? GE2_ACT_NONE
-                                   : act_text == "relu"      ? GE2_ACT_RELU
-                                   : act_text == "gelu"      ? GE2_ACT_GELU_ERF
-                                   : act_text == "gelu_tanh" ? GE2_ACT_GELU_TANH
-                                                             : GE2_ACT_SILU;
+      const ge2_activation_t act = activation_choices().at(act_text);
       // One compile per problem: the shapes in the options' terms, then the recorded ones.
       struct Job {
         std::string label;

@@ -19,6 +19,7 @@ enum class Activation : int {
   GeluErf = GE2_ACT_GELU_ERF,
   GeluTanh = GE2_ACT_GELU_TANH,
   Silu = GE2_ACT_SILU,
+  QuickGelu = GE2_ACT_QUICK_GELU,
 };
 
 // The device's fast exponential and division (ex2.approx and rcp.approx with a
@@ -79,6 +80,13 @@ struct GeluTanh {
 struct Silu {
   GE2_HOST_DEVICE float operator()(float x) const { return fast_divide(x, 1.0f + fast_exp(-x)); }
 };
+// x * sigmoid(1.702 x) = x / (1 + exp(-1.702 x)): CLIP's QuickGELU, a sigmoid
+// approximation of GELU that CLIP's weights were trained with.
+struct QuickGelu {
+  GE2_HOST_DEVICE float operator()(float x) const {
+    return fast_divide(x, 1.0f + fast_exp(-1.702f * x));
+  }
+};
 
 // f(functor) for the functor of `act`: the one dispatch from the enum to the
 // functors. Kernels that take the functor as a template parameter use it on the
@@ -94,6 +102,8 @@ GE2_HOST_DEVICE decltype(auto) visit_activation(Activation act, F&& f) {
       return f(GeluTanh{});
     case Activation::Silu:
       return f(Silu{});
+    case Activation::QuickGelu:
+      return f(QuickGelu{});
     case Activation::None:
       break;
   }
@@ -129,9 +139,11 @@ inline constexpr ActivationInfo kActivations[] = {
     {Activation::GeluErf, "gelu_erf", LtEpilogue::kNone},  // cuBLASLt's GELU is the tanh form
     {Activation::GeluTanh, "gelu_tanh", LtEpilogue::kGeluTanh},
     {Activation::Silu, "silu", LtEpilogue::kNone},
+    {Activation::QuickGelu, "quick_gelu", LtEpilogue::kNone},
 };
 // The rows are indexed by the C value: 0, 1, 2, ... without gaps.
-static_assert(std::size(kActivations) == GE2_ACT_SILU + 1, "one row per ge2_activation_t value");
+static_assert(std::size(kActivations) == GE2_ACT_QUICK_GELU + 1,
+              "one row per ge2_activation_t value");
 
 // Whether a C caller's int names an activation.
 constexpr bool is_valid_activation(int value) {

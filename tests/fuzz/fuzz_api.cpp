@@ -158,7 +158,7 @@ void one_shot(ge2_context_t* context, Bytes& in) {
   p.lda = in.u8() % 4 == 0 ? in.size() : 0;
   p.ldd = in.u8() % 4 == 0 ? in.size() : 0;
   const int dtype = in.u8() < 240 ? 1 + in.u8() % 3 : in.i32();
-  raw_set_params_enums(&p, dtype, in.enum_value(5));
+  raw_set_params_enums(&p, dtype, in.enum_value(GE2_ACT_QUICK_GELU + 1));
   p.has_bias = in.u8() % 2;
   // Buffers sized for the largest valid case of these parameters, or skipped.
   if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.lda < 0 || p.ldd < 0 || dtype < 1 ||
@@ -249,7 +249,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         break;
       case 4: {
         const ge2_value_t x = pick();
-        status = raw_graph_add_activation(graph, x, in.enum_value(5), &out);
+        status = raw_graph_add_activation(graph, x, in.enum_value(GE2_ACT_QUICK_GELU + 1), &out);
         break;
       }
       case 5: {
@@ -300,7 +300,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             ge2_graph_add_gemm(graph, a, wg, GE2_NO_VALUE, &attrs, &g) != GE2_OK ||
             ge2_graph_add_gemm(graph, a, wu, GE2_NO_VALUE, &attrs, &u) != GE2_OK)
           break;
-        if (in.u8() % 2) (void)raw_graph_add_activation(graph, g, in.enum_value(5), &g);
+        if (in.u8() % 2)
+          (void)raw_graph_add_activation(graph, g, in.enum_value(GE2_ACT_QUICK_GELU + 1), &g);
         status = in.u8() % 2 ? raw_graph_add_elementwise(graph, in.enum_value(2), g, u, &out)
                              : raw_graph_add_elementwise(graph, in.enum_value(2), u, g, &out);
         break;

@@ -68,8 +68,8 @@ std::unique_ptr<Memory> host_memory() { return std::make_unique<HostMemory>(); }
 
 std::string GemmCase::label() const {
   static const char* dtypes[] = {"?", "f16", "bf16", "f32"};
-  static const char* acts[] = {"none", "relu", "gelu_erf", "gelu_tanh", "silu"};
-  static_assert(std::size(acts) == GE2_ACT_SILU + 1);
+  static const char* acts[] = {"none", "relu", "gelu_erf", "gelu_tanh", "silu", "quick_gelu"};
+  static_assert(std::size(acts) == GE2_ACT_QUICK_GELU + 1);
   return fmt::format(
       "{} {}x{}x{}x{} ta={} tb={} bias={} act={} {}{}{}{}{}", dtypes[dtype], batch, m, n, k,
       trans_a, trans_b, has_bias, acts[act], fused_node ? "fused-node" : "chain",

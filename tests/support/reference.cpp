@@ -86,6 +86,8 @@ double activation_ref(ge2_activation_t act, double x) {
       return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
     case GE2_ACT_SILU:
       return x / (1.0 + std::exp(-x));
+    case GE2_ACT_QUICK_GELU:
+      return x / (1.0 + std::exp(-1.702 * x));
     default:
       break;
   }
