@@ -245,7 +245,7 @@ class Graph:
         return self._new_value(out.value)
 
     def activation(self, x, act) -> Value:
-        """act(x) for act "relu", "gelu" (exact erf), "gelu_tanh" or "silu". Fused into the GEMM before
+        """act(x) for act "relu", "gelu" (exact erf), "gelu_tanh", "silu" or "quick_gelu". Fused into the GEMM before
         it, or into the multiply after it (silu(gate) * up)."""
         f = "ge2.Graph.activation"
         out = ctypes.c_int32()

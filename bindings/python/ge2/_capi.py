@@ -17,7 +17,8 @@ STATUS_NAMES = {
 DTYPE_F16, DTYPE_BF16, DTYPE_F32 = 1, 2, 3
 DEVICES = {"auto": 0, "cuda": 1, "cpu": 2}
 TUNE_MODES = {"off": 0, "cached": 1, "tune": 2}
-ACTIVATIONS = {None: 0, "none": 0, "relu": 1, "gelu": 2, "gelu_erf": 2, "gelu_tanh": 3, "silu": 4}
+ACTIVATIONS = {None: 0, "none": 0, "relu": 1, "gelu": 2, "gelu_erf": 2, "gelu_tanh": 3, "silu": 4,
+               "quick_gelu": 5}  # 5 since 2.6
 ELEMENTWISE_ADD, ELEMENTWISE_MUL = 1, 2
 NO_VALUE = -1
 

@@ -28,7 +28,7 @@ def reference(a, b, bias, act, trans_a=False, trans_b=False, alpha=1.0):
 
 
 def activation(x, act):
-    """act(x) in float64 for act None, 'none', 'relu', 'gelu' (erf), 'gelu_tanh' or 'silu'; another
+    """act(x) in float64 for act None, 'none', 'relu', 'gelu' (erf), 'gelu_tanh', 'silu' or 'quick_gelu'; another
     name raises (an oracle must not pass an activation through unapplied)."""
     if act in (None, "none"):
         return x
@@ -40,6 +40,8 @@ def activation(x, act):
         return gelu_tanh(x)
     if act == "silu":
         return x / (1.0 + np.exp(-x))
+    if act == "quick_gelu":
+        return x / (1.0 + np.exp(-1.702 * x))
     raise ValueError(f"reference: unknown activation {act!r}")
 
 

@@ -15,7 +15,7 @@ def test_api_version_and_library_version():
 
 
 @pytest.mark.parametrize("dtype,bound", [(np.float16, 2e-3), (np.float32, 1e-5)])
-@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh"])
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu", "quick_gelu"])
 @pytest.mark.parametrize("trans_b", [False, True])
 def test_gemm_bias_act_matches_fp64(cpu, dtype, bound, act, trans_b):
     rng = np.random.default_rng()

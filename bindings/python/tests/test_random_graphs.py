@@ -19,7 +19,7 @@ import ge2
 
 from reference import activation, rel_error
 
-ACTS = ["relu", "gelu", "gelu_tanh", "silu"]
+ACTS = ["relu", "gelu", "gelu_tanh", "silu", "quick_gelu"]
 SEEDS = range(int(os.environ.get("GE2_RANDOM_GRAPHS", "64")))
 # Relative Frobenius error of a graph's output against fp64: 16-bit values are rounded at every
 # node boundary the plan keeps (up to ~8 here) and inside the GEMMs' fp32 accumulation.

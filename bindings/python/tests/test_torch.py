@@ -112,9 +112,14 @@ class SwishWrittenOut(torch.nn.Module):
         return x * torch.sigmoid(x)
 
 
-class QuickGELU(torch.nn.Module):  # x * sigmoid(1.702 x): none of ge2's activations
+class QuickGELU(torch.nn.Module):  # CLIP's x * sigmoid(1.702 x), written out
     def forward(self, x):
         return x * torch.sigmoid(1.702 * x)
+
+
+class SharperSwish(torch.nn.Module):  # x * sigmoid(1.5 x): none of ge2's activations
+    def forward(self, x):
+        return x * torch.sigmoid(1.5 * x)
 
 
 class Conv1D(torch.nn.Module):  # GPT-2's linear layer: weight [in, out], addmm on flattened rows
@@ -257,6 +262,7 @@ def blocks(d, h):
         "scaled_residual": ScaledResidual(d, h),
         "functional_dropout": FunctionalDropout(d, h),
         "relu_squared": ReluSquared(d, h),
+        "quick_gelu": torch.nn.Sequential(torch.nn.Linear(d, h), QuickGELU(), torch.nn.Linear(h, d)),
     }
 
 
@@ -320,10 +326,11 @@ class RandomBlock(torch.nn.Module):
                 widths.append(out)
             elif kind == "act":
                 style = str(rng.choice(["module", "function", "method", "inline"]))
-                name = str(rng.choice(["relu", "gelu", "gelu_tanh", "silu"] if style != "method" else ["relu"]))
+                name = str(rng.choice({"method": ["relu"], "function": ["relu", "gelu", "gelu_tanh", "silu"]}.get(
+                    style, ["relu", "gelu", "gelu_tanh", "silu", "quick_gelu"])))
                 if style == "module":
                     self.acts.append({"relu": torch.nn.ReLU(), "gelu": torch.nn.GELU(), "silu": torch.nn.SiLU(),
-                                      "gelu_tanh": torch.nn.GELU(approximate="tanh")}[name])
+                                      "gelu_tanh": torch.nn.GELU(approximate="tanh"), "quick_gelu": QuickGELU()}[name])
                 self.program.append(("act", src, style, name, len(self.acts) - 1))
                 widths.append(widths[src])
             elif kind == "number":  # v + c, c * v, v - c, v / c, as operators or methods
@@ -428,6 +435,7 @@ INLINE = {  # activations as a user writes them into forward
     "gelu": lambda x: 0.5 * x * (1 + torch.erf(x * (1 / math.sqrt(2)))),
     "gelu_tanh": lambda x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3))),
     "silu": lambda x: x * torch.sigmoid(x),
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),
 }
 
 
@@ -536,26 +544,29 @@ def test_torch_compile_traces_without_graph_break(device):
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu"])
+def torch_act(t, act):
+    return {None: t, "relu": F.relu(t), "gelu": F.gelu(t), "silu": F.silu(t), "gelu_tanh": F.gelu(t, approximate="tanh"),
+            "quick_gelu": t * torch.sigmoid(1.702 * t)}[act]
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu", "quick_gelu"])
 def test_linear_and_one_shot_operator_match_fp64(device, act):
     dtype = torch.float16 if device == "cuda" else torch.float32
     x = torch.randn(3, 11, 40, device=device).to(dtype)
     w = (torch.randn(24, 40, device=device) / 6).to(dtype)
     b = torch.randn(24, device=device).to(dtype)
     want = F.linear(x.double(), w.double(), b.double())
-    want = {None: want, "relu": F.relu(want), "gelu": F.gelu(want), "silu": F.silu(want),
-            "gelu_tanh": F.gelu(want, approximate="tanh")}[act]
+    want = torch_act(want, act)
     assert rel_error(gt.linear(x, w, b, act=act), want) <= BOUNDS[dtype] * 3
     a, bt = torch.randn(2, 40, 9, device=device).to(dtype), torch.randn(2, 13, 40, device=device).to(dtype)
     got = gt.gemm_bias_act(a, bt, None, act, trans_a=True, trans_b=True, alpha=0.5)
     want = 0.5 * a.double().transpose(1, 2) @ bt.double().transpose(1, 2)
-    want = {None: want, "relu": F.relu(want), "gelu": F.gelu(want), "silu": F.silu(want),
-            "gelu_tanh": F.gelu(want, approximate="tanh")}[act]
+    want = torch_act(want, act)
     assert got.shape == (2, 9, 13) and rel_error(got, want) <= BOUNDS[dtype] * 3
     empty_k = gt.linear(torch.randn(5, 0, device=device).to(dtype), torch.randn(6, 0, device=device).to(dtype), b[:6],
                         act=act)
-    assert rel_error(empty_k, {None: b[:6], "relu": F.relu(b[:6]), "gelu": F.gelu(b[:6]), "silu": F.silu(b[:6]),
-                               "gelu_tanh": F.gelu(b[:6], approximate="tanh")}[act].double().expand(5, 6)) <= 1e-3
+    assert rel_error(empty_k, torch_act(b[:6], act).double().expand(5, 6)) <= 1e-3
 
 
 @pytest.mark.parametrize("device", devices())
@@ -617,13 +628,14 @@ def test_bad_modules_and_inputs_are_refused():
     with pytest.raises(ge2.InvalidArgumentError, match=r"module 'norm' \(LayerNorm\) at node 'norm' is not supported"):
         gt.convert(Norm())
     with pytest.raises(ge2.InvalidArgumentError, match=r"computation \[sigmoid = sigmoid\(fc\)\] \(none of ge2's "
-                                                       r"activations relu, gelu, gelu_tanh, silu\) at node 'sigmoid'"):
+                                                       r"activations relu, gelu, gelu_tanh, silu, quick_gelu\) at node "
+                                                       r"'sigmoid'"):
         gt.convert(Sigmoid())
-    # Elementwise code, in a module or not, must compute one of ge2's activations: QuickGELU is
+    # Elementwise code, in a module or not, must compute one of ge2's activations: SharperSwish is
     # traced into and its computation named.
-    with pytest.raises(ge2.InvalidArgumentError, match=r"\[mul = mul\(1.702, _0\); sigmoid = sigmoid\(mul\); "
+    with pytest.raises(ge2.InvalidArgumentError, match=r"\[mul = mul\(1.5, _0\); sigmoid = sigmoid\(mul\); "
                                                        r"mul_1 = mul\(_0, sigmoid\)\]"):
-        gt.convert(torch.nn.Sequential(torch.nn.Linear(8, 8), QuickGELU()))
+        gt.convert(torch.nn.Sequential(torch.nn.Linear(8, 8), SharperSwish()))
 
     class Numbers(torch.nn.Module):  # what a number or a parameter cannot be in a step
         def __init__(self, how):
