@@ -1,6 +1,5 @@
 """ge2.torch: the custom operators and nn.Module conversion, against fp64 references computed by
 PyTorch from the same weights. CPU always (where torch imports); CUDA when a GPU is present."""
-import copy
 import math
 import os
 
@@ -14,37 +13,9 @@ except (ImportError, OSError) as e:  # OSError: a torch whose CUDA libraries are
 
 import ge2
 import ge2.torch as gt
+from torch_support import devices, fresh, reference, rel_error
 
 BOUNDS = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}
-
-
-def devices():
-    out = ["cpu"]
-    if torch.cuda.is_available():
-        out.append(pytest.param("cuda", marks=pytest.mark.gpu))
-    return out
-
-
-def rel_error(got, want):
-    got = got.double()
-    if not torch.isfinite(got).all():
-        return math.inf
-    return ((got - want).norm() / max(want.norm(), 1e-12)).item()
-
-
-def fresh(module, dtype, device):
-    """The module with fresh random weights (uniform, scaled like nn.Linear's init) in `dtype`."""
-    with torch.no_grad():
-        for p in module.parameters():
-            p.uniform_(-1, 1).mul_(1 / math.sqrt(p.shape[-1] if p.dim() else 1))
-    return module.to(device=device, dtype=dtype).eval()
-
-
-def reference(module, x):
-    """The module run in float64 on a copy (the original keeps its dtype)."""
-    import copy
-    with torch.no_grad():
-        return copy.deepcopy(module).double()(x.double())
 
 
 class ResidualGelu(torch.nn.Module):
@@ -815,7 +786,7 @@ def test_modules_of_several_inputs(device, dynamic):
         x, residual = (torch.randn(shape, device=device).half() for _ in range(2))
         with torch.no_grad():
             y = converted(x, residual)
-            want = copy.deepcopy(module).double()(x.double(), residual.double())
+            want = reference(module, x, residual)
         assert y.shape == want.shape and rel_error(y, want) <= BOUNDS[torch.float16]
     torch.library.opcheck(torch.ops.ge2.module_forward.default, (converted._id, [x, residual]))
     with pytest.raises(ge2.InvalidArgumentError, match=r"1 inputs given; the module takes 2 \(hidden_states, "

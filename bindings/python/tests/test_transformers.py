@@ -3,9 +3,7 @@ writes them (fused gate/up projections cut by chunk, Conv1D, FalconLinear, activ
 classes, residuals passed in): each converted module against the module run in float64 on fresh
 random weights. Needs transformers (scripts/setup-deps.sh installs 4.57.1 next to the tests'
 PyTorch); skipped with a message without it."""
-import copy
 import importlib
-import math
 
 import pytest
 
@@ -17,6 +15,7 @@ except (ImportError, OSError) as e:
 
 import ge2
 import ge2.torch as gt
+from torch_support import devices, fresh, reference, rel_error
 
 H, I = 64, 176  # hidden and intermediate sizes: small, not multiples of each other's tiles
 
@@ -67,42 +66,26 @@ REFUSED = {
 BOUNDS = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
 
 
-def build(spec, dtype):
+def build(spec, dtype, device="cpu"):
     folder, cls, config_cls, kwargs, style = spec
     modeling = importlib.import_module(f"transformers.models.{folder}.modeling_{folder}")
     config = getattr(importlib.import_module(f"transformers.models.{folder}.configuration_{folder}"),
                      config_cls)(**kwargs)
     args = {"config": (config,), "config, I": (config, I), "I, config": (I, config)}[style]
     torch.manual_seed(0)
-    module = getattr(modeling, cls)(*args)
-    with torch.no_grad():
-        for p in module.parameters():  # nn.Linear's init scale, biases too (several start at zero)
-            p.uniform_(-1, 1).mul_(1 / math.sqrt(p.shape[-1]))
-    return module.to(dtype).eval()
-
-
-def devices():
-    out = ["cpu"]
-    if torch.cuda.is_available():
-        out.append(pytest.param("cuda", marks=pytest.mark.gpu))
-    return out
-
-
-def rel_error(got, want):
-    got = got.double()
-    return ((got - want).norm() / want.norm()).item() if torch.isfinite(got).all() else math.inf
+    return fresh(getattr(modeling, cls)(*args), dtype, device)
 
 
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", list(MODULES))
 def test_transformers_mlp_converts_and_matches_fp64(device, dtype, name):
-    module = build(MODULES[name], dtype).to(device)
+    module = build(MODULES[name], dtype, device)
     converted = gt.convert(module)
     inputs = [torch.randn(3, 7, H, device=device).to(dtype) for _ in converted.input_features]
     with torch.no_grad():
         got, own = converted(*inputs), module(*inputs)
-        want = copy.deepcopy(module).double()(*(x.double() for x in inputs))
+    want = reference(module, *inputs)
     assert got.shape == want.shape and got.dtype == dtype
     error, bound = rel_error(got, want), max(BOUNDS[dtype], 2 * rel_error(own, want))
     assert error <= bound, (name, transformers.__version__, error, bound)
