@@ -42,7 +42,7 @@ class Recipe:
 _SUPPORTED = ("nn.Linear, nn.ReLU, nn.GELU, nn.SiLU, nn.Identity, nn.Dropout (eval), F.linear, F.relu, F.gelu, "
               "F.silu, .relu(), +, - or * (.add, .sub, .mul, also in place) between two values of one shape, v + c, c * v, v - c, v / c "
               "with a number c, + or * with a parameter or buffer of one element or [..., w] (LayerScale), "
-              "chunk / split / [..., a:b] "
+              "x @ w, torch.matmul and torch.mm with a 2-D parameter w (or w.T, w.t()), chunk / split / [..., a:b] "
               "of a linear layer's output along dim=-1, elementwise code or modules without parameters that "
               "compute one of those activations, and modules with a 2-D weight (and 1-D bias) that compute "
               "x @ weight.T + bias or x @ weight + bias (GPT-2's Conv1D)")
@@ -69,6 +69,18 @@ _NUMBER_OPS = {"add": "add", "add_": "add", "mul": "mul", "mul_": "mul", "sub": 
 _NUMBER_OPS.update({f: op for op, fs in {"add": _ADDS, "mul": _MULS,
                                          "sub": (operator.sub, operator.isub, torch.sub),
                                          "div": (operator.truediv, operator.itruediv, torch.div)}.items() for f in fs})
+
+
+_MATMULS = (operator.matmul, torch.matmul, torch.mm)
+
+
+def _transposes(node) -> bool:
+    """Whether `node` is the transpose of a matrix: w.t(), w.T, w.mT, torch.t(w), w.transpose(0, 1)."""
+    if node.op == "call_method":
+        return node.target == "t" and len(node.args) == 1 or \
+            node.target == "transpose" and len(node.args) == 3 and set(node.args[1:]) in ({0, 1}, {-1, -2})
+    return node.target is torch.t and len(node.args) == 1 or \
+        node.target is getattr and len(node.args) == 2 and node.args[1] in ("T", "mT")
 
 
 _IN_PLACE_FUNCTIONS = (operator.iadd, operator.imul, operator.isub, operator.itruediv, torch.relu_)
@@ -544,6 +556,23 @@ def trace(module: torch.nn.Module) -> Recipe:
             # x.relu(), x.add(y), x.mul(y) are the functions F.relu, + and * on their receiver.
             method = node.op == "call_method"
             target = _METHODS.get(node.target) if method else node.target
+            if _transposes(node) and node.args[0] in params:  # w.t(), w.T: a parameter still
+                t = params[node.args[0]]
+                if not isinstance(t, Tensor) or t.dim() != 2:
+                    raise _refused(f"transposing '{node.args[0].target}' of shape {tuple(getattr(t, 'shape', ()))}",
+                                   node)
+                params[node] = t.t()
+                return
+            if node.target in _MATMULS:  # x @ w with a parameter w [in, out]: a linear layer
+                x, w = (list(node.args) + [None, None])[:2]
+                if len(node.args) != 2 or node.kwargs or w not in params or x in params:
+                    raise _refused(f"'{_call_text(node)}' (ge2 multiplies a value by a 2-D parameter, x @ w)", node)
+                t = params[w]
+                if not isinstance(t, Tensor) or t.dim() != 2:
+                    raise _refused(f"'{_call_text(node)}' with a parameter of shape "
+                                   f"{tuple(getattr(t, 'shape', ()))} (ge2 takes a 2-D one)", node)
+                linear_step(node, x, t.t(), None, getattr(w, "target", w.name) if w.op == "get_attr" else w.name)
+                return
             split = node.target if method and node.target in _SPLITS else \
                 next((k for k, f in _SPLITS.items() if target is f), None)
             if split is not None:
@@ -702,7 +731,8 @@ def build_graph(r: Recipe, tokens: int, dtype: str, dynamic: bool) -> ge2.Graph:
                 operand = const(c)
             else:  # a number, as a vector of the value's width
                 operand = g.constant(f"{out}_number", torch.full((r.width[src],), c, dtype=r.dtype))
-            value[out] = (g.add if kind == "add_by" else g.mul)(value[src], operand)
+            # A vector added is a bias: the fusion pass folds it into the GEMM before it (x @ w + b).
+            value[out] = (g.bias if kind == "add_by" else g.mul)(value[src], operand)
         elif kind == "add":
             value[out] = g.add(value[args[0]], value[args[1]])
         else:

@@ -213,6 +213,17 @@ class ReluSquared(torch.nn.Module):  # Nemotron's MLP: relu(x)² written out
         return self.down_proj(torch.square(F.relu(self.up_proj(x)))) + F.relu(x) ** 2
 
 
+class RawParameters(torch.nn.Module):  # an MLP written with bare parameters and @
+    def __init__(self, d, h):
+        super().__init__()
+        self.w1, self.b1 = torch.nn.Parameter(torch.empty(d, h)), torch.nn.Parameter(torch.empty(h))
+        self.w2, self.w3 = torch.nn.Parameter(torch.empty(d, h)), torch.nn.Parameter(torch.empty(h, d))
+
+    def forward(self, x):
+        h = F.gelu(x @ self.w1 + self.b1)  # w1 [in, out]; the add is the GEMM's bias
+        return torch.matmul(h, self.w2.T) + F.linear(h, self.w3.t()) + x  # w2 [out, in], w3 [in, out]
+
+
 def blocks(d, h):
     return {
         "sequential_gelu": torch.nn.Sequential(torch.nn.Linear(d, h), torch.nn.GELU(), torch.nn.Dropout(0.1),
@@ -234,6 +245,7 @@ def blocks(d, h):
         "functional_dropout": FunctionalDropout(d, h),
         "relu_squared": ReluSquared(d, h),
         "quick_gelu": torch.nn.Sequential(torch.nn.Linear(d, h), QuickGELU(), torch.nn.Linear(h, d)),
+        "raw_parameters": RawParameters(d, h),
     }
 
 
@@ -644,6 +656,20 @@ def test_bad_modules_and_inputs_are_refused():
         handle.remove()
     gt.convert(hooked)
 
+    class Products(torch.nn.Module):  # products that are no linear layer of the input's rows
+        def __init__(self, how):
+            super().__init__()
+            self.how, self.w, self.v = how, torch.nn.Parameter(torch.ones(8, 8)), torch.nn.Parameter(torch.ones(8))
+
+        def forward(self, x):
+            return {"w @ x": lambda: self.w @ x, "x @ v": lambda: x @ self.v, "x @ x": lambda: x @ x}[self.how]()
+
+    for how, message in [("w @ x", r"'matmul\(w, x\)' \(ge2 multiplies a value by a 2-D parameter, x @ w\)"),
+                         ("x @ v", r"'matmul\(x, v\)' with a parameter of shape \(8,\) \(ge2 takes a 2-D one\)"),
+                         ("x @ x", r"'matmul\(x, x\)' \(ge2 multiplies a value by a 2-D parameter")]:
+        with pytest.raises(ge2.InvalidArgumentError, match=message):
+            gt.convert(Products(how))
+
     class Cut(torch.nn.Module):  # chunk and slices ge2 cannot take from a layer's weight rows
         def __init__(self, how):
             super().__init__()
@@ -736,6 +762,18 @@ class InPlace(torch.nn.Module):  # values changed in place and read again afterw
 class SwishInPlace(torch.nn.Module):  # recognized by evaluation only if it left its input alone
     def forward(self, x):
         return x.mul_(torch.sigmoid(x))
+
+
+def test_bare_parameter_products_fold_their_bias_into_the_gemm():
+    module = fresh(RawParameters(16, 40), torch.float32, "cpu")
+    converted = gt.convert(module)
+    x = torch.randn(6, 16)
+    steps = converted.plan_for(x).describe()["steps"]
+    assert steps[0]["op"] == "gemm_bias_act" and steps[0]["problem"]["has_bias"], steps[0]
+    assert steps[0]["problem"]["activation"] == "gelu_erf"
+    with torch.no_grad():
+        assert rel_error(converted(x), reference(module, x)) <= BOUNDS[torch.float32]
+        assert rel_error(gt.convert(torch.nn.Sequential(module))(x), reference(module, x)) <= BOUNDS[torch.float32]
 
 
 def test_values_changed_in_place_are_read_changed():
