@@ -205,7 +205,7 @@ def _probed_linear(m: torch.nn.Module) -> Optional[tuple]:
     tolerance = 1e-5 if weight.dtype in (torch.float32, torch.float64) else 2e-2
     found = []
     with torch.no_grad():  # weights it cannot read (meta tensors, other dtypes) raise: _trace catches it
-        w = weight.detach().float()  # the reference in float32 on the weight's device
+        w = weight.detach().double()  # the reference in float64 on the weight's device
         for nk in (w, w.t()):  # the weight as [out, in], or transposed into it
             x = torch.randn(2, 3, nk.shape[1], generator=torch.Generator().manual_seed(11))
             x = x.to(device=weight.device, dtype=weight.dtype)
@@ -213,9 +213,12 @@ def _probed_linear(m: torch.nn.Module) -> Optional[tuple]:
                 y = m(x)
             except Exception:  # not this layout's input width, or not a function of one tensor
                 continue
-            want = x.float() @ nk.t() + (0 if bias is None else bias.detach().float())
-            if isinstance(y, Tensor) and y.shape == want.shape and \
-                    (y.float() - want).norm().item() <= tolerance * want.norm().item():
+            if not isinstance(y, Tensor) or y.shape != x.shape[:-1] + nk.shape[:1]:
+                continue
+            want = x.double() @ nk.t() + (0 if bias is None else bias.detach().double())
+            error, scale = (y.double() - want).norm().item(), want.norm().item()
+            # Finite norms only: an overflowing one (weights of 1e38) would make any output match.
+            if math.isfinite(error) and 0 < scale < math.inf and error <= tolerance * scale:
                 found.append(nk is w)
     if len(found) != 1:  # neither layout, or both (a weight the probe cannot tell apart)
         return None
@@ -341,6 +344,22 @@ def trace(module: torch.nn.Module) -> Recipe:
         r.constants[name] = tensor.detach().to("cpu", copy=True)
         taken[id(tensor)] = (name, tensor)
         return name
+
+    derived = {}  # (id of a parameter, how) -> (the parameter, what `how` makes of it)
+
+    def derive(t, how):
+        """t.t(), t.flatten() or -t, one object per parameter and kind, so that a parameter read
+        twice the same way is one constant (the map keeps t alive: its id stays its own)."""
+        key = (id(t), how)
+        if key not in derived:
+            u = {"t": t.t, "flat": t.reshape, "neg": t.neg}[how](*((-1,) if how == "flat" else ()))
+            derived[key] = (t, u.detach())
+            if how == "t":  # and the transpose's transpose is t itself
+                derived[(id(derived[key][1]), "t")] = (derived[key][1], t)
+        return derived[key][1]
+
+    def transpose(t):
+        return derive(t, "t")
 
     def new_slot(node):
         slot[node] = f"v{len(slot)}"
@@ -483,14 +502,14 @@ def trace(module: torch.nn.Module) -> Recipe:
         if subtract and node.args[1] is v_node:  # p - v
             src = negated(src, node)
         elif subtract:  # v - p
-            t = -t.detach()
+            t = derive(t, "neg")
         kind = "mul_by" if target in _MULS else "add_by"
         out = new_slot(node)
         rank[out] = max(rank.get(src, 1), t.dim())
         if t.numel() == 1:
             r.steps.append((kind, node.name, out, src, float(t.detach().reshape(()).item())))
             return
-        name = constant(p_node.target, t.reshape(-1))
+        name = constant(p_node.target, derive(t, "flat"))
         need_width(src, t.shape[-1], node)
         fixed[out] = t.shape[-1]
         r.steps.append((kind, node.name, out, src, name))
@@ -561,7 +580,7 @@ def trace(module: torch.nn.Module) -> Recipe:
                 if not isinstance(t, Tensor) or t.dim() != 2:
                     raise _refused(f"transposing '{node.args[0].target}' of shape {tuple(getattr(t, 'shape', ()))}",
                                    node)
-                params[node] = t.t()
+                params[node] = transpose(t)
                 return
             if node.target in _MATMULS:  # x @ w with a parameter w [in, out]: a linear layer
                 x, w = (list(node.args) + [None, None])[:2]
@@ -571,7 +590,7 @@ def trace(module: torch.nn.Module) -> Recipe:
                 if not isinstance(t, Tensor) or t.dim() != 2:
                     raise _refused(f"'{_call_text(node)}' with a parameter of shape "
                                    f"{tuple(getattr(t, 'shape', ()))} (ge2 takes a 2-D one)", node)
-                linear_step(node, x, t.t(), None, getattr(w, "target", w.name) if w.op == "get_attr" else w.name)
+                linear_step(node, x, transpose(t), None, w.target if w.op == "get_attr" else w.name)
                 return
             split = node.target if method and node.target in _SPLITS else \
                 next((k for k, f in _SPLITS.items() if target is f), None)

@@ -700,8 +700,12 @@ def test_bad_modules_and_inputs_are_refused():
         def forward(self, x):
             return 2 * super().forward(x)
 
-    with pytest.raises(ge2.InvalidArgumentError, match="is not supported"):
-        gt.convert(torch.nn.Sequential(ScaledConv1D(8, 8), torch.nn.Linear(8, 8)))
+    scaled = fresh(ScaledConv1D(8, 12), torch.float32, "cpu")  # one layout fits a width-12 input
+    for magnitude in (1, 3e37):  # huge weights overflow the outputs' norms (inf <= tol * inf): no match
+        with torch.no_grad():
+            scaled.weight.mul_(magnitude)
+        with pytest.raises(ge2.InvalidArgumentError, match="is not supported"):
+            gt.convert(torch.nn.Sequential(scaled, torch.nn.Linear(8, 8)))
 
     class Scalable(torch.nn.Module):  # recognized as SiLU with its default, called with another
         def forward(self, x, scale=1.0):
@@ -771,9 +775,13 @@ def test_bare_parameter_products_fold_their_bias_into_the_gemm():
     steps = converted.plan_for(x).describe()["steps"]
     assert steps[0]["op"] == "gemm_bias_act" and steps[0]["problem"]["has_bias"], steps[0]
     assert steps[0]["problem"]["activation"] == "gelu_erf"
+    assert len(converted._recipe.constants) == 4  # w1, b1, w2, w3: each copied once
     with torch.no_grad():
         assert rel_error(converted(x), reference(module, x)) <= BOUNDS[torch.float32]
-        assert rel_error(gt.convert(torch.nn.Sequential(module))(x), reference(module, x)) <= BOUNDS[torch.float32]
+        twice = torch.nn.Sequential(module, module)  # w1 read by two products, w2.T and w3.t() twice
+        converted = gt.convert(twice)
+        assert len(converted._recipe.constants) == 4
+        assert rel_error(converted(x), reference(twice, x)) <= BOUNDS[torch.float32]
 
 
 def test_values_changed_in_place_are_read_changed():
