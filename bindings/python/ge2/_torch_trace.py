@@ -328,6 +328,7 @@ def trace(module: torch.nn.Module) -> Recipe:
     rank = {}  # slot -> the least rank broadcasting gives it, where more than 1
     negations = {}  # slot -> the slot of its negation
     aliasing = set()  # nodes that return their operand itself (Identity, eval Dropout, .contiguous())
+    piece_of = {}  # a piece cut from a layer's output (a view of it in PyTorch) -> that output's node
     taken = {}  # id of a tensor taken -> (its constant's name, the tensor, kept alive so ids stay unique)
 
     def constant(hint, tensor):
@@ -600,6 +601,7 @@ def trace(module: torch.nn.Module) -> Recipe:
                     raise _refused(f"'{split}' of a value that is not a linear layer's output", node)
                 pieces[node] = (slot[src], _split_ranges(node, split, node.args[1:], node.kwargs,
                                                          fixed[slot[src]]))
+                piece_of[node] = src
                 return
             if target is operator.getitem and node.args[0] in pieces:
                 src, ranges = pieces[node.args[0]]
@@ -607,6 +609,7 @@ def trace(module: torch.nn.Module) -> Recipe:
                 if not isinstance(index, int) or not -len(ranges) <= index < len(ranges):
                     raise _refused(f"piece {index!r} of {len(ranges)}", node)
                 sliced_linear(node, src, *ranges[index])
+                piece_of[node] = piece_of[node.args[0]]
                 return
             if target is operator.getitem and slot.get(node.args[0]) in producer and node.args[0] not in expression:
                 index = node.args[1]
@@ -619,6 +622,7 @@ def trace(module: torch.nn.Module) -> Recipe:
                 if stop <= start:
                     raise _refused(f"the empty column range {index!r} of a value of width {width}", node)
                 sliced_linear(node, slot[node.args[0]], start, stop)
+                piece_of[node] = node.args[0]
                 return
             same = _same_values(node)
             if same is not None:
@@ -692,7 +696,13 @@ def trace(module: torch.nn.Module) -> Recipe:
         aliases[node] = group
         # PyTorch changed the tensor in place: what reads any of its names later reads this value.
         for name in group[:-1]:
+            whole = piece_of.get(name)  # changing a piece changes the layer's output it is a view of
             later = [u for u in name.users if position[u] > position[node]]
+            later_whole = [] if whole is None else [u for u in whole.users if position[u] > position[node]]
+            if later_whole:
+                raise _refused(f"'{_call_text(node) if node.op != 'call_module' else node.target}' changes "
+                               f"'{name.name}', a view of '{whole.name}', in place, which node "
+                               f"'{min(later_whole, key=position.get).name}' reads afterwards", node)
             if not later:
                 continue
             # An expression read by an earlier one is evaluated through its computation, which the

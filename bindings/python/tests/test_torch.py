@@ -806,6 +806,25 @@ def test_values_changed_in_place_are_read_changed():
                                                        r"'getitem_1' reads afterwards"):
         gt.convert(ChangesACutLayer())
 
+    class ChangesAPiece(torch.nn.Module):  # a piece is a view of the layer's output: changing one changes both
+        def __init__(self, read_whole):
+            super().__init__()
+            self.fc, self.read_whole = torch.nn.Linear(8, 8), read_whole
+
+        def forward(self, x):
+            y = self.fc(x)
+            a, b = y.chunk(2, dim=-1)
+            a.relu_()
+            return y + 1 if self.read_whole else a + b
+
+    module = fresh(ChangesAPiece(False), torch.float32, "cpu")
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        assert rel_error(gt.convert(module)(x), reference(module, x)) <= BOUNDS[torch.float32]
+    with pytest.raises(ge2.InvalidArgumentError, match=r"'relu_\(getitem\)' changes 'getitem', a view of 'fc', in "
+                                                       r"place, which node 'add' reads afterwards"):
+        gt.convert(ChangesAPiece(True))
+
 
 def dropout_add(x, residual, prob, training):  # transformers' Bloom helper
     return residual + F.dropout(x, p=prob, training=training)
