@@ -351,6 +351,10 @@ class Plan:
         # name -> fast_binding signature of an array that passed execute's checks for that name
         # (fixed-shape plans: each name's check depends on nothing else).
         self._checked = {}
+        # Dynamic plans, where each array's check depends on the extent the first dynamic one
+        # sets: (names in order, the arrays' fast_binding signatures) of a call that passed the
+        # checks -> its extent. Cleared when full.
+        self._checked_calls = {}
 
     def _io(self) -> dict:
         count = ctypes.c_size_t()
@@ -393,6 +397,16 @@ class Plan:
                     stream, need_stream = torch_stream(fast[2]), False
             else:
                 _check(_lib.ge2_plan_execute(self._handle, bindings, len(arrays), stream))
+                return
+        elif type(arrays) is dict and arrays.keys() == self._io_names:
+            fasts = [fast_binding(array) for array in arrays.values()]
+            extent = None if None in fasts else self._checked_calls.get((tuple(arrays), *(x[0] for x in fasts)))
+            if extent is not None:  # the repeated call of a dynamic plan: only the pointers read
+                stream = _stream(stream, f)
+                if stream is None and self._on_cuda:
+                    stream = next((torch_stream(x[2]) for x in fasts if x[2] is not None), None)
+                bindings = (_capi.Binding * len(arrays))(*((self._names[n], x[1]) for n, x in zip(arrays, fasts)))
+                _check(_lib.ge2_plan_execute_dynamic(self._handle, extent, bindings, len(arrays), stream))
                 return
         if not isinstance(arrays, dict):
             raise TypeError(f"{f}: argument 'arrays' is a {type(arrays).__name__}, not a dict of name -> array")
@@ -438,6 +452,11 @@ class Plan:
                     self._checked[name] = fast[0]
         if self.max_extent:
             _check(_lib.ge2_plan_execute_dynamic(self._handle, extent, bindings, len(arrays), stream))
+            fasts = [fast_binding(array) for array in arrays.values()]
+            if None not in fasts and all(x[1] == bindings[i].data for i, x in enumerate(fasts)):
+                if len(self._checked_calls) >= 256:
+                    self._checked_calls.clear()
+                self._checked_calls[(tuple(arrays), *(x[0] for x in fasts))] = extent
         else:
             _check(_lib.ge2_plan_execute(self._handle, bindings, len(arrays), stream))
 

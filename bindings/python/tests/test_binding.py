@@ -339,7 +339,8 @@ def test_dynamic_extent_one_plan_runs_every_token_count(cpu, dtype):
     assert plan.max_extent == bound
     assert plan.io["x"]["dynamic"] and plan.io["y"]["dynamic"]
     assert len(plan.describe()["dynamic"]["buckets"]) == 10  # 1, 2, 3-4, ..., 129-256, 257-300
-    for tokens in list(range(1, 40)) + [64, 129, 256, 257, 299, 300]:
+    # Each count twice on new arrays: the second call takes the path of a signature checked before.
+    for tokens in [t for t in list(range(1, 40)) + [64, 129, 256, 257, 299, 300] for _ in range(2)]:
         xs = rng.uniform(-1, 1, (tokens, hidden)).astype(np_dtype)
         y = np.full((tokens, hidden), np.nan, np_dtype)
         plan.execute({"x": xs, "y": y})
@@ -347,6 +348,10 @@ def test_dynamic_extent_one_plan_runs_every_token_count(cpu, dtype):
         pre = x64 @ w1.T.astype(np.float64) + b1.astype(np.float64)
         want = x64 + gelu_erf(pre) @ w2.T.astype(np.float64)
         assert rel_error(y, want) <= (1e-5 if dtype == "f32" else 4e-3), tokens
+    readonly = np.zeros((5, hidden), np_dtype)
+    readonly.flags.writeable = False
+    with pytest.raises(ge2.InvalidArgumentError, match="argument 'y' is an output but its array is read-only"):
+        plan.execute({"x": np.zeros((5, hidden), np_dtype), "y": readonly})
     xs = np.zeros((5, hidden), np_dtype)
     with pytest.raises(ge2.InvalidArgumentError, match=r"argument 'y'.*\(5, 16\).*dynamic extent 5 set by 'x'"):
         plan.execute({"x": xs, "y": np.zeros((6, hidden), np_dtype)})
