@@ -348,12 +348,9 @@ class Plan:
         self.io = self._io()
         self._names = {name: name.encode() for name in self.io}
         self._io_names = set(self.io)
-        # name -> fast_binding signature of an array that passed execute's checks for that name
-        # (fixed-shape plans: each name's check depends on nothing else).
-        self._checked = {}
-        # Dynamic plans, where each array's check depends on the extent the first dynamic one
-        # sets: (names in order, the arrays' fast_binding signatures) of a call that passed the
-        # checks -> its extent. Cleared when full.
+        # (names in order, the arrays' fast_binding signatures) of a call that passed execute's
+        # checks -> its dynamic extent (0 for fixed shapes; a dynamic plan's checks depend on the
+        # extent the first dynamic array sets). Cleared when full.
         self._checked_calls = {}
 
     def _io(self) -> dict:
@@ -382,31 +379,28 @@ class Plan:
         """Binds arrays by name (every input and output exactly once) and runs the plan. Device
         arrays run on `stream`, by default the current stream of the first device array's library."""
         f = "ge2.Plan.execute"
-        if not self.max_extent and type(arrays) is dict and arrays.keys() == self._io_names:
-            # The repeated call: arrays of the signatures checked before, only their pointers read.
-            stream = _stream(stream, f)
-            need_stream = stream is None and self._on_cuda
+        key = None
+        if type(arrays) is dict and arrays.keys() == self._io_names:
+            # The repeated call: arrays of signatures checked together before, only pointers read.
             bindings = (_capi.Binding * len(arrays))()
+            key, pointers, device = [*arrays], [], None
             for i, (name, array) in enumerate(arrays.items()):
                 fast = fast_binding(array)
-                if fast is None or self._checked.get(name) != fast[0]:
+                if fast is None:
+                    key = None
                     break
+                key.append(fast[0])
+                pointers.append(fast[1])
                 bindings[i].name = self._names[name]
                 bindings[i].data = fast[1]
-                if need_stream and fast[2] is not None:
-                    stream, need_stream = torch_stream(fast[2]), False
-            else:
-                _check(_lib.ge2_plan_execute(self._handle, bindings, len(arrays), stream))
-                return
-        elif type(arrays) is dict and arrays.keys() == self._io_names:
-            fasts = [fast_binding(array) for array in arrays.values()]
-            extent = None if None in fasts else self._checked_calls.get((tuple(arrays), *(x[0] for x in fasts)))
-            if extent is not None:  # the repeated call of a dynamic plan: only the pointers read
+                device = device or fast[2]
+            key = key and tuple(key)
+            extent = self._checked_calls.get(key) if key else None
+            if extent is not None:
                 stream = _stream(stream, f)
-                if stream is None and self._on_cuda:
-                    stream = next((torch_stream(x[2]) for x in fasts if x[2] is not None), None)
-                bindings = (_capi.Binding * len(arrays))(*((self._names[n], x[1]) for n, x in zip(arrays, fasts)))
-                _check(_lib.ge2_plan_execute_dynamic(self._handle, extent, bindings, len(arrays), stream))
+                if stream is None and self._on_cuda and device is not None:
+                    stream = torch_stream(device)
+                self._run(extent, bindings, stream)
                 return
         if not isinstance(arrays, dict):
             raise TypeError(f"{f}: argument 'arrays' is a {type(arrays).__name__}, not a dict of name -> array")
@@ -446,19 +440,18 @@ class Plan:
                 stream, need_stream = v.stream, False
             bindings[i].name = self._names[name]
             bindings[i].data = v.pointer
-            if not self.max_extent:
-                fast = fast_binding(array)
-                if fast is not None and fast[1] == v.pointer:
-                    self._checked[name] = fast[0]
+        extent = extent or 0
+        self._run(extent, bindings, stream)
+        if key and all(pointer == bindings[i].data for i, pointer in enumerate(pointers)):
+            if len(self._checked_calls) >= 256:
+                self._checked_calls.clear()
+            self._checked_calls[key] = extent
+
+    def _run(self, extent: int, bindings, stream) -> None:
         if self.max_extent:
-            _check(_lib.ge2_plan_execute_dynamic(self._handle, extent, bindings, len(arrays), stream))
-            fasts = [fast_binding(array) for array in arrays.values()]
-            if None not in fasts and all(x[1] == bindings[i].data for i, x in enumerate(fasts)):
-                if len(self._checked_calls) >= 256:
-                    self._checked_calls.clear()
-                self._checked_calls[(tuple(arrays), *(x[0] for x in fasts))] = extent
+            _check(_lib.ge2_plan_execute_dynamic(self._handle, extent, bindings, len(bindings), stream))
         else:
-            _check(_lib.ge2_plan_execute(self._handle, bindings, len(arrays), stream))
+            _check(_lib.ge2_plan_execute(self._handle, bindings, len(bindings), stream))
 
     def __del__(self):
         if getattr(self, "_handle", None) is not None:

@@ -294,8 +294,8 @@ def test_device_arrays_are_checked_too(cpu, c_calls):
 
 
 def test_plan_execute_reuses_checks_only_for_arrays_of_the_checked_signature(cpu, c_calls):
-    """Plan.execute keeps, per name, the signature of the array it last checked and reads only the
-    pointer of a later array of that signature: every other array is checked again."""
+    """Plan.execute keeps the signatures of the arrays of a call it checked and reads only the
+    pointers of a later call of those signatures: every other call is checked again."""
     g = ge2.Graph()
     x = g.input("x", (4, 3), "f32")
     w = g.input("w", (3, 2), "f32")
