@@ -64,6 +64,13 @@ def _torch_current_stream(torch, device) -> int:
     return _torch_stream_of[0](device)
 
 
+def refuse_non_strided(t, argument: str, function: str) -> None:
+    """A sparse (or other non-strided) torch tensor has no strided memory ge2 could read."""
+    if t.layout is not sys.modules["torch"].strided:
+        raise invalid(function, f"argument '{argument}' has layout {t.layout}; ge2 takes dense (strided) tensors "
+                                f"(.to_dense())")
+
+
 def _torch_view(t, want_stream, argument, function) -> ArrayView:
     import torch
     dtype = torch_dtype_codes().get(t.dtype)
@@ -72,9 +79,7 @@ def _torch_view(t, want_stream, argument, function) -> ArrayView:
                         f"bfloat16 or float32")
     if t.device.type not in ("cpu", "cuda"):
         raise invalid(function, f"argument '{argument}' is on device {t.device}; ge2 takes CPU and CUDA tensors")
-    if t.layout is not torch.strided:
-        raise invalid(function, f"argument '{argument}' has layout {t.layout}; ge2 takes dense (strided) tensors "
-                                f"(.to_dense())")
+    refuse_non_strided(t, argument, function)
     if t.is_neg():  # its memory holds the negatives of its values (the imaginary part of a conj())
         raise invalid(function, f"argument '{argument}' is a negated view (is_neg()); pass .resolve_neg()")
     stream = _torch_current_stream(torch, t.device) if (want_stream and t.is_cuda) else None

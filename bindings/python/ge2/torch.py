@@ -108,9 +108,7 @@ def _plain(t: Optional[Tensor], argument: str, function: str) -> Optional[Tensor
     or other non-strided tensor refused."""
     if t is None:
         return t
-    if t.layout is not torch.strided:
-        raise invalid(function, f"argument '{argument}' has layout {t.layout}; ge2 takes dense (strided) tensors "
-                                f"(.to_dense())")
+    ge2._arrays.refuse_non_strided(t, argument, function)
     return t.resolve_neg() if t.is_neg() else t
 
 
