@@ -40,8 +40,8 @@ class Recipe:
 
 
 _SUPPORTED = ("nn.Linear, nn.ReLU, nn.GELU, nn.SiLU, nn.Identity, nn.Dropout (eval), F.linear, F.relu, F.gelu, "
-              "F.silu, .relu(), +, - or * (.add, .sub, .mul, also in place) between two values of one shape, v + c, c * v, v - c, v / c "
-              "with a number c, + or * with a parameter or buffer of one element or [..., w] (LayerScale), "
+              "F.silu, .relu(), +, - or * (.add, .sub, .mul, also in place) between two values of one shape, "
+              "v + c, c * v, v - c, v / c with a number c, + or * with a parameter or buffer of one element or [..., w] (LayerScale), "
               "x @ w, torch.matmul and torch.mm with a 2-D parameter w (or w.T, w.t()), chunk / split / [..., a:b] "
               "of a linear layer's output along dim=-1, elementwise code or modules without parameters that "
               "compute one of those activations, and modules with a 2-D weight (and 1-D bias) that compute "
@@ -66,8 +66,7 @@ _SPLITS = {"chunk": torch.chunk, "split": torch.split}  # method -> the function
 # + - * / with a number, as functions, operators and methods -> the step's operation
 _NUMBER_OPS = {"add": "add", "add_": "add", "mul": "mul", "mul_": "mul", "sub": "sub", "sub_": "sub",
                "div": "div", "div_": "div"}
-_NUMBER_OPS.update({f: op for op, fs in {"add": _ADDS, "mul": _MULS,
-                                         "sub": (operator.sub, operator.isub, torch.sub),
+_NUMBER_OPS.update({f: op for op, fs in {"add": _ADDS, "mul": _MULS, "sub": _SUBS,
                                          "div": (operator.truediv, operator.itruediv, torch.div)}.items() for f in fs})
 
 
@@ -353,7 +352,7 @@ def trace(module: torch.nn.Module) -> Recipe:
         twice the same way is one constant (the map keeps t alive: its id stays its own)."""
         key = (id(t), how)
         if key not in derived:
-            u = {"t": t.t, "flat": t.reshape, "neg": t.neg}[how](*((-1,) if how == "flat" else ()))
+            u = t.t() if how == "t" else t.reshape(-1) if how == "flat" else -t
             derived[key] = (t, u.detach())
             if how == "t":  # and the transpose's transpose is t itself
                 derived[(id(derived[key][1]), "t")] = (derived[key][1], t)
@@ -458,8 +457,8 @@ def trace(module: torch.nn.Module) -> Recipe:
         if op == "div" and c == 0 or not math.isfinite(c) or not all_resolved(tensors, e):
             return None
         src = slot[tensors[0]]
-        if op == "sub" and e.args[1] is tensors[0]:  # c - v
-            op, c, src = "add", c, negated(src, e)
+        if op == "sub" and e.args[1] is tensors[0]:  # c - v = c + (-v)
+            op, src = "add", negated(src, e)
         kind, c = {"add": ("add_by", c), "sub": ("add_by", -c), "mul": ("mul_by", c), "div": ("mul_by", 1 / c)}[op]
         out = new_slot(e)
         r.steps.append((kind, e.name, out, src, c))
