@@ -273,9 +273,16 @@ def test_a_cut_gate_up_layer_is_joined_into_one_gated_gemm(device, form):
     converted = gt.convert(module)
     x = torch.randn(5, 32, device=device).half()
     steps = converted.plan_for(x).describe()["steps"]
-    assert len(steps) == 2 and all(s["op"] in ("gemm", "gemm_bias_act") for s in steps), steps
-    assert "silu(gate) * up" in steps[0]["gated_epilogue"]
-    assert (steps[0]["problem"]["n"], steps[0]["problem"]["k"]) == (96, 32)  # both halves, one GEMM
+    ops = [s["op"] for s in steps]
+    # Both halves in one GEMM; the gated product in its epilogue where the chosen kernel has
+    # one (cpu_ref, CUTLASS), else in a gated_mul pass after it (cuBLASLt, chosen untuned).
+    gemms = [op for op in ops if op in ("gemm", "gemm_bias_act")]
+    assert len(gemms) == 2 and ops[0] == gemms[0] and ops[1:-1] in ([], ["gated_mul"]), steps
+    assert (steps[0]["problem"]["n"], steps[0]["problem"]["k"]) == (96, 32)
+    if len(ops) == 2:
+        assert "silu(gate) * up" in steps[0]["gated_epilogue"]
+    if device == "cpu":
+        assert len(ops) == 2
     with torch.no_grad():
         assert rel_error(converted(x), reference(module, x)) <= BOUNDS[torch.float16]
 
