@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 through the device tool (see docs/gpu-validation.md):
-#   scripts/gpu-check.sh [tests|cutlass|epilogue|reliability|wheels|sanitize|tune|notebook|profile|dynamic|fp8|gated|ffn|torch|skinny|bench|all]...
+#   scripts/gpu-check.sh [tests|activations|cutlass|epilogue|reliability|wheels|sanitize|tune|notebook|profile|dynamic|fp8|gated|ffn|torch|skinny|bench|all]...
 # Uses the build folder made on the development machine (build-gpu, carried;
 # the device lacks sqlite3.h), runs the gpu-labelled tests, the sample, the
 # sanitizers and the benchmarks, and prints a short table last. Logs go to $OUT.
@@ -80,6 +80,21 @@ for mode in $modes; do
       > "$OUT/epilogue_probe.log" 2>&1
     note "epilogue probe: exit $? (epilogue_probe.log)"
     ;;&
+  activations | all)
+    # Every case that loops over the activation table (a new row runs through each kernel
+    # family's epilogue here), each in its own process side by side: their fp64 references
+    # are host work, and one after another they take over 190 s (run 18).
+    cases=('gpu: every dtype x bias x activation*' 'gpu: unfused bias and activation*'
+      'gpu cutlass: each configuration*' 'gpu cutlass: gated units the*' 'gpu skinny: each dtype*'
+      'gpu fp8: lt_fp8*' 'gpu fp8: dynamic extents*')
+    for i in "${!cases[@]}"; do
+      "$BUILD/tests/ge2_gpu_tests" -tc="${cases[$i]}" > "$OUT/gpu_activations-$i.log" 2>&1 &
+    done
+    wait
+    for i in "${!cases[@]}"; do
+      note "gpu '${cases[$i]}': $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_activations-$i.log" | tr '\n' ' ')"
+    done
+    ;;&
   reliability | all)
     # The reliability cases of the GPU tests under memcheck, and the one-shot
     # plan cache's hit and miss cost on the device.
@@ -158,6 +173,20 @@ for mode in $modes; do
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python python3 -m pytest -q -rs \
       "$ROOT/bindings/python/tests/test_torch.py" > "$OUT/pytest_torch.log" 2>&1
     note "ge2.torch tests: $(tail -1 "$OUT/pytest_torch.log")"
+    # The transformers MLP classes (test_transformers.py) on CUDA: the package is 149 MB, over
+    # what a device call carries, so it travels packed (8.8 MB):
+    #   mkdir -p build-tf && tar cJf build-tf/transformers.tar.xz --exclude=__pycache__ \
+    #     -C ~/.cache/ge2 transformers-4.57.1      (then carry build-tf)
+    tf_tar=${GE2_TRANSFORMERS_TAR:-$ROOT/build-tf/transformers.tar.xz}
+    if [ -f "$tf_tar" ]; then
+      tf_dir=$(mktemp -d) && tar xJf "$tf_tar" -C "$tf_dir"
+      GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$tf_dir/transformers-4.57.1 \
+        python3 -m pytest -q -rs ${PYTEST_ARGS:-} "$ROOT/bindings/python/tests/test_transformers.py" \
+        > "$OUT/pytest_transformers.log" 2>&1
+      note "transformers MLPs: $(tail -1 "$OUT/pytest_transformers.log")"
+    else
+      note "transformers MLPs: SKIPPED ($tf_tar not carried)"
+    fi
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python \
       python3 "$ROOT/bench/torch_ops.py" --out "$OUT" > "$OUT/torch_ops.log" 2>&1
     note "torch_ops bench: exit $? (torch_ops.log)"
