@@ -6,7 +6,8 @@ Contenders per shape, dtype and activation (silu: SwiGLU, gelu: GeGLU with exact
   torch_unfused   act(F.linear(x, wg)) * F.linear(x, wu)      (what the module computes)
   torch_concat    one F.linear against [wg; wu], chunk, act(a) * b
   torch_mm_2i     torch.mm(x, [wg; wu]^T) alone: the GEMM ceiling of the unit
-  ge2_default     a plan with constant weights, default context (untuned: cuBLASLt + gated pass)
+  ge2_default     a plan with constant weights, default context (untuned: the fused CUTLASS step from
+                  2048 rows where its epilogue takes the unit, else cuBLASLt + gated pass)
   ge2_lt          forced cuBLASLt: the 2I-wide GEMM, then the gated pass
   ge2_cutlass     forced cutlass_<dtype>_128x128: act(gate) * up in the GEMM's epilogue
   ge2_tuned       a context in tuning mode (tunedb in DIR): what the tuner and selector choose

@@ -322,6 +322,36 @@ TEST_CASE(
   MESSAGE("gated CUTLASS cases run: " << cases);
 }
 
+TEST_CASE("gpu cutlass: untuned, gated units of 2048 rows or more run fused, matching fp64") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  if (!cutlass_offered(context.get())) return;
+  DeviceMemory memory;
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
+    for (ge2_activation_t act : {GE2_ACT_SILU, GE2_ACT_GELU_ERF})
+      for (std::int64_t tokens : {2047, 2048, 2085}) {
+        const GluCase c{.dtype = dtype,
+                        .act = act,
+                        .tokens = tokens,
+                        .hidden = 256,
+                        .intermediate = 712,
+                        .trans_b = true,
+                        .bias = false};
+        const GemmResult r = run_glu_case(context.get(), memory, c);
+        CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
+        const auto plan = nlohmann::json::parse(r.plan_json);
+        const std::string kernel = chosen_kernel(r.plan_json);
+        if (tokens < 2048) {
+          CHECK_MESSAGE(kernel.starts_with("lt_"), c.label() << ": " << kernel);
+          CHECK(plan["steps"][1]["op"] == "gated_mul");
+        } else {
+          CHECK_MESSAGE(kernel.ends_with("_128x128"), c.label() << ": " << kernel);
+          CHECK(plan["steps"][0]["gated_epilogue"].get<std::string>().find(
+                    "computed in the epilogue") != std::string::npos);
+          CHECK(plan["steps"][1]["op"] != "gated_mul");
+        }
+      }
+}
+
 TEST_CASE("gpu cutlass: tuning times a gated unit's epilogue itself, under a key of its own") {
   {
     auto probe = make_context(GE2_DEVICE_CUDA);

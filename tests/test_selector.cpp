@@ -314,6 +314,48 @@ TEST_CASE("selector: a gated unit's pass is charged to kernels without a gated e
             .reason.find("gated_mul") == std::string::npos);
 }
 
+TEST_CASE("selector: untuned, a gated unit of 2048 rows or more runs fused on CUTLASS") {
+  const DeviceInfo h200 = synthetic_h200();
+  const auto gated_unit = [](DType dtype, std::int64_t rows, std::int64_t inter) {
+    GemmProblem p = linear(dtype, rows, 2 * inter, 4096);
+    p.gated = GatedOutput{Activation::Silu, {1, rows, inter, 0, inter, 1}};
+    return p;
+  };
+  for (const auto& [dtype, cutlass] : {std::pair{DType::BF16, KernelId::CutlassBf16Pingpong128},
+                                       std::pair{DType::F16, KernelId::CutlassF16Pingpong128}}) {
+    CAPTURE(dtype_name(dtype));
+    for (const std::int64_t rows : {2048, 3000, 8192}) {
+      const auto s = select_gemm_kernel(gated_unit(dtype, rows, 11008), h200, {});
+      CHECK(s.kernel == cutlass);
+      CHECK(s.why.find("gated unit of 2048 rows or more") != std::string::npos);
+      CHECK(candidate(s, cutlass).reason.find("preferred untuned") != std::string::npos);
+    }
+    // Below the rule's rows, or what the epilogue cannot take: cuBLASLt and the pass.
+    const KernelId lt = dtype == DType::BF16 ? KernelId::LtBf16 : KernelId::LtF16;
+    CHECK(select_gemm_kernel(gated_unit(dtype, 2047, 11008), h200, {}).kernel == lt);
+    CHECK(select_gemm_kernel(gated_unit(dtype, 4096, 5500 + 2), h200, {}).kernel == lt);
+    GemmProblem with_c = gated_unit(dtype, 4096, 11008);
+    with_c.has_c = true;
+    with_c.c = with_c.d;
+    with_c.beta = 1.0f;
+    CHECK(select_gemm_kernel(with_c, h200, {}).kernel == lt);
+    // Not a gated unit: the CUTLASS rows still need a measured time.
+    CHECK(select_gemm_kernel(linear(dtype, 4096, 2 * 11008, 4096), h200, {}).kernel == lt);
+    // A device without sm_90a kernels: the rule has nothing to choose.
+    DeviceInfo ampere = h200;
+    ampere.cc_major = 8;
+    ampere.cc_minor = 0;
+    CHECK(select_gemm_kernel(gated_unit(dtype, 4096, 11008), ampere, {}).kernel == lt);
+    // Measured times outrank the rule.
+    const MeasuredTime measured = [&](KernelId id, const GemmProblem&) -> std::optional<double> {
+      if (id == lt) return 900.0;
+      if (id == cutlass) return 1200.0;
+      return std::nullopt;
+    };
+    CHECK(select_gemm_kernel(gated_unit(dtype, 4096, 11008), h200, {}, measured).kernel == lt);
+  }
+}
+
 TEST_CASE("selector: CUTLASS layout rules name what they refuse") {
   const DeviceInfo h200 = synthetic_h200();
   GemmProblem p = linear(DType::F16, 256, 512, 1024);

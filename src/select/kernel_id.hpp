@@ -75,6 +75,12 @@ struct KernelInfo {
   // [gate | up] halves (the GEMM the gate/up concatenation made), so the plan
   // runs no gated_mul pass after it (docs/cutlass.md).
   bool gated_epilogue = false;
+  // From this many rows (M, a folded batch included) a gated unit whose act(gate) * up
+  // this kernel's epilogue takes runs on it untuned, whatever the model estimates; 0:
+  // never. Measured (bf16/f16, SiLU, hidden 2048-4096, I 5632-14336; runs 14 and 17,
+  // docs/cutlass.md): the fused step 1.01-1.08x cuBLASLt plus its gated_mul pass from
+  // 2048 rows on, 0.89x at 512 and 0.45x at 16; the model ranks it a little slower.
+  std::int64_t gated_min_rows_untuned = 0;
 };
 
 // Fitted to bench_gemm on the H200 (bench/results/2026-12-02-h200-run3):
@@ -138,7 +144,8 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      true,
      0,
      false,
-     true},
+     true,
+     2048},
     {KernelId::CutlassBf16Coop,
      "cutlass_bf16_128x256",
      KernelFamily::Cutlass,
@@ -165,7 +172,8 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      true,
      0,
      false,
-     true},
+     true,
+     2048},
     {KernelId::CudaF32,
      "cuda_f32",
      KernelFamily::CudaFallback,

@@ -399,9 +399,18 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
       candidate.reason += fmt::format(", + separate gated_mul pass ({:.1f} us)", pass);
     }
     const KernelInfo& info = kernel_info(kernel);
+    const std::int64_t rows = fold_batch_into_m(problem).m;
+    candidate.preferred_untuned = problem.gated && info.gated_min_rows_untuned > 0 &&
+                                  rows >= info.gated_min_rows_untuned &&
+                                  gated_epilogue_problem(problem, kernel).empty();
+    if (candidate.preferred_untuned)
+      candidate.reason += fmt::format(
+          "; a gated unit of {} rows (>= {}): preferred untuned, the fused step measured faster "
+          "than cuBLASLt and its gated_mul pass",
+          rows, info.gated_min_rows_untuned);
     candidate.needs_measurement =
-        info.needs_measurement ||
-        (info.max_rows_untuned > 0 && fold_batch_into_m(problem).m > info.max_rows_untuned);
+        !candidate.preferred_untuned &&
+        (info.needs_measurement || (info.max_rows_untuned > 0 && rows > info.max_rows_untuned));
     if (candidate.needs_measurement && !candidate.measured)
       candidate.reason +=
           info.needs_measurement
@@ -443,12 +452,17 @@ void choose_kernel(Selection& selection, const GemmProblem& problem, const Selec
   const bool any_measured =
       std::any_of(selection.candidates.begin(), selection.candidates.end(),
                   [](const Candidate& c) { return c.feasible && c.measured; });
+  // Untuned, a preferred candidate (a rule from measurement) outranks the estimates.
+  const auto ranks_before = [&](const Candidate& a, const Candidate& b) {
+    if (!any_measured && a.preferred_untuned != b.preferred_untuned) return a.preferred_untuned;
+    return a.estimated_us < b.estimated_us;
+  };
   const Candidate* best = nullptr;
   for (const auto& candidate : selection.candidates) {
     if (!candidate.feasible || is_fp8_kernel(candidate.kernel)) continue;
     if (any_measured && !candidate.measured) continue;
     if (candidate.needs_measurement && !candidate.measured) continue;
-    if (best == nullptr || candidate.estimated_us < best->estimated_us) best = &candidate;
+    if (best == nullptr || ranks_before(candidate, *best)) best = &candidate;
   }
   // An FP8 row (feasible only under allow_fp8) replaces that choice where the
   // model rates it faster, both rated by the model: the tuner does not time FP8
@@ -473,11 +487,15 @@ void choose_kernel(Selection& selection, const GemmProblem& problem, const Selec
           dtype_name(problem.dtype));
   selection.kernel = best->kernel;
   selection.staged = best->staged && !best->measured;
-  selection.why = fmt::format("lowest {} time ({:.2f} us){}",
-                              any_measured ? "measured" : "estimated", best->estimated_us,
-                              aligned            ? ""
-                              : selection.staged ? "; unaligned leading dimensions: operands staged"
-                                                 : "; leading dimensions not 16-byte aligned");
+  selection.why =
+      !any_measured && best->preferred_untuned
+          ? fmt::format("a gated unit of {} rows or more runs fused untuned ({:.2f} us estimated)",
+                        kernel_info(best->kernel).gated_min_rows_untuned, best->estimated_us)
+          : fmt::format("lowest {} time ({:.2f} us)", any_measured ? "measured" : "estimated",
+                        best->estimated_us);
+  selection.why += aligned            ? ""
+                   : selection.staged ? "; unaligned leading dimensions: operands staged"
+                                      : "; leading dimensions not 16-byte aligned";
   if (fp8 != nullptr)
     selection.why +=
         fmt::format("; {} estimated slower ({:.2f} us)", kernel_name(fp8->kernel), fp8->model_us);

@@ -34,6 +34,8 @@ struct Candidate {
   // Chosen only on a measured time or when forced (KernelInfo::needs_measurement,
   // max_rows_untuned).
   bool needs_measurement = false;
+  // Preferred to every estimate when nothing is measured (KernelInfo::gated_min_rows_untuned).
+  bool preferred_untuned = false;
   std::string reason;  // why infeasible, or what the estimate rests on
 };
 
