@@ -321,8 +321,12 @@ TEST_CASE("selector: untuned, a gated unit of 2048 rows or more runs fused on CU
     p.gated = GatedOutput{Activation::Silu, {1, rows, inter, 0, inter, 1}};
     return p;
   };
-  for (const auto& [dtype, cutlass] : {std::pair{DType::BF16, KernelId::CutlassBf16Pingpong128},
-                                       std::pair{DType::F16, KernelId::CutlassF16Pingpong128}}) {
+  for (const auto& row : {std::pair{DType::BF16, KernelId::CutlassBf16Pingpong128},
+                          std::pair{DType::F16, KernelId::CutlassF16Pingpong128}}) {
+    // Plain variables: lambdas (CAPTURE, MeasuredTime) cannot capture structured bindings
+    // before clang 16.
+    const DType dtype = row.first;
+    const KernelId cutlass = row.second;
     CAPTURE(dtype_name(dtype));
     for (const std::int64_t rows : {2048, 3000, 8192}) {
       const auto s = select_gemm_kernel(gated_unit(dtype, rows, 11008), h200, {});
