@@ -84,15 +84,15 @@ for mode in $modes; do
     # Every case that loops over the activation table (a new row runs through each kernel
     # family's epilogue here), each in its own process side by side: their fp64 references
     # are host work, and one after another they take over 190 s (run 18).
-    cases=('gpu: every dtype x bias x activation*' 'gpu: unfused bias and activation*'
+    act_cases=('gpu: every dtype x bias x activation*' 'gpu: unfused bias and activation*'
       'gpu cutlass: each configuration*' 'gpu cutlass: gated units the*' 'gpu skinny: each dtype*'
       'gpu fp8: lt_fp8*' 'gpu fp8: dynamic extents*')
-    for i in "${!cases[@]}"; do
-      "$BUILD/tests/ge2_gpu_tests" -tc="${cases[$i]}" > "$OUT/gpu_activations-$i.log" 2>&1 &
+    for i in "${!act_cases[@]}"; do
+      "$BUILD/tests/ge2_gpu_tests" -tc="${act_cases[$i]}" > "$OUT/gpu_activations-$i.log" 2>&1 &
     done
     wait
-    for i in "${!cases[@]}"; do
-      note "gpu '${cases[$i]}': $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_activations-$i.log" | tr '\n' ' ')"
+    for i in "${!act_cases[@]}"; do
+      note "gpu '${act_cases[$i]}': $(grep -E '^\[doctest\] (test cases|assertions)' "$OUT/gpu_activations-$i.log" | tr '\n' ' ')"
     done
     ;;&
   reliability | all)

@@ -347,6 +347,7 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
   const bool aligned = is_tensor_core_aligned(problem);
   const std::string layout_problem = cublaslt_layout_problem(problem);
   const std::string cutlass_problem = cutlass_layout_problem(problem);
+  const std::int64_t rows = fold_batch_into_m(problem).m;
   for (KernelId kernel : offered) {
     Candidate candidate;
     candidate.kernel = kernel;
@@ -390,7 +391,8 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
         candidate.reason = "measured by the tuner";
       }
     }
-    if (problem.gated && !gated_epilogue_problem(problem, kernel).empty()) {
+    const bool gated_in_epilogue = problem.gated && gated_epilogue_problem(problem, kernel).empty();
+    if (problem.gated && !gated_in_epilogue) {
       // The tuner times the GEMM alone: the gated_mul pass after it reads the
       // 2I-wide result and writes half of it.
       const double pass = gated_pass_us(problem, device);
@@ -399,10 +401,8 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
       candidate.reason += fmt::format(", + separate gated_mul pass ({:.1f} us)", pass);
     }
     const KernelInfo& info = kernel_info(kernel);
-    const std::int64_t rows = fold_batch_into_m(problem).m;
-    candidate.preferred_untuned = problem.gated && info.gated_min_rows_untuned > 0 &&
-                                  rows >= info.gated_min_rows_untuned &&
-                                  gated_epilogue_problem(problem, kernel).empty();
+    candidate.preferred_untuned =
+        gated_in_epilogue && info.gated_min_rows_untuned > 0 && rows >= info.gated_min_rows_untuned;
     if (candidate.preferred_untuned)
       candidate.reason += fmt::format(
           "; a gated unit of {} rows (>= {}): preferred untuned, the fused step measured faster "
