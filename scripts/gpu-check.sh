@@ -232,10 +232,13 @@ for mode in $modes; do
     note "gated layers: exit $? ($(grep -c ' us ' "$OUT/gated_layers.log") rows)"
     ;;&
   ffn | all)
-    # FFN blocks against PyTorch eager, CUDA graph (and torch.compile with FFN_ARGS=--compile).
+    # FFN blocks against PyTorch eager, CUDA graph (and torch.compile with FFN_ARGS="--compile
+    # default max-autotune"); the ratios drawn as bars (bench/plot_ffn.py).
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python PYTHONUNBUFFERED=1 \
       timeout "${FFN_TIMEOUT:-400}" python3 "$ROOT/bench/ffn_blocks.py" --out "$OUT" ${FFN_ARGS:-} 2>&1 | tee "$OUT/ffn_blocks.log" | tail -40
     note "ffn blocks: $(grep -c tokens "$OUT/ffn_blocks.log") rows"
+    python3 "$ROOT/bench/plot_ffn.py" "$OUT/ffn_blocks.json" "$OUT/ffn_ratios.png" > /dev/null 2>&1 ||
+      note "ffn ratios plot: not drawn"
     ;;&
   bench | all)
     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \

@@ -1,0 +1,54 @@
+"""The FFN-block benchmark (bench/ffn_blocks.py) and its plot (bench/plot_ffn.py) on the CPU backend,
+tiny blocks: every block kind with and without the residual runs through ge2 and matches PyTorch,
+and the JSON the plot reads has what it needs. Device time is scarce; a broken benchmark script
+should be caught here, not there."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+try:
+    import torch  # noqa: F401
+except Exception as e:  # pragma: no cover - depends on the environment
+    pytest.skip(f"SKIPPED: PyTorch is not importable here ({e})", allow_module_level=True)
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "..", "bench")
+
+
+def run(script, *args):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + [BENCH])
+    done = subprocess.run([sys.executable, os.path.join(BENCH, script), *args], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_ffn_blocks_runs_every_block_kind_on_the_cpu_and_matches_pytorch(tmp_path):
+    blocks = ["gelu", "gelu_tanh", "relu", "swiglu", "geglu"]
+    run("ffn_blocks.py", "--out", str(tmp_path), "--device", "cpu", "--hidden", "48", "--inter", "80",
+        "--tokens", "5", "--dtypes", "f32", "bf16", "--blocks", *blocks, "--residual", "yes", "no",
+        "--groups", "1")
+    data = json.load(open(tmp_path / "ffn_blocks.json"))
+    rows = data["rows"]
+    assert len(rows) == 2 * len(blocks) * 2
+    assert {(r["dtype"], r["block"], r["residual"]) for r in rows} == {
+        (d, b, res) for d in ("f32", "bf16") for b in blocks for res in (True, False)}
+    for r in rows:
+        bound = 1e-5 if r["dtype"] == "f32" else 2e-2
+        for name, error in r["rel_errors_vs_torch"].items():
+            assert 0 <= error < bound, (r["dtype"], r["block"], r["residual"], name, error)
+        assert set(r["ratios"]) == {"torch eager"} and r["ratios"]["torch eager"] > 0
+        # the residual add is fused into the last GEMM's C operand, or absent
+        assert r["ge2_steps"][-1].endswith("+C") == r["residual"], r["ge2_steps"]
+
+
+def test_plot_ffn_draws_the_ratios(tmp_path):
+    pytest.importorskip("matplotlib", reason="SKIPPED: matplotlib is not importable here")
+    run("ffn_blocks.py", "--out", str(tmp_path), "--device", "cpu", "--hidden", "32", "--inter", "64",
+        "--tokens", "3", "--dtypes", "f32", "--blocks", "swiglu", "relu", "--groups", "1")
+    out = run("plot_ffn.py", str(tmp_path / "ffn_blocks.json"), str(tmp_path / "ratios.png"))
+    assert "1 series over 2 rows" in out
+    assert (tmp_path / "ratios.png").stat().st_size > 1000
