@@ -174,9 +174,8 @@ for mode in $modes; do
       "$ROOT/bindings/python/tests/test_torch.py" > "$OUT/pytest_torch.log" 2>&1
     note "ge2.torch tests: $(tail -1 "$OUT/pytest_torch.log")"
     # The transformers MLP classes (test_transformers.py) on CUDA: the package is 149 MB, over
-    # what a device call carries, so it travels packed (8.8 MB):
-    #   mkdir -p build-tf && tar cJf build-tf/transformers.tar.xz --exclude=__pycache__ \
-    #     -C ~/.cache/ge2 transformers-4.57.1      (then carry build-tf)
+    # what a device call carries, so it travels packed (8.6 MB; scripts/pack-transformers.sh,
+    # then carry build-tf).
     tf_tar=${GE2_TRANSFORMERS_TAR:-$ROOT/build-tf/transformers.tar.xz}
     if [ -f "$tf_tar" ]; then
       tf_dir=$(mktemp -d) && tar xJf "$tf_tar" -C "$tf_dir"
