@@ -349,8 +349,10 @@ TEST_CASE("gpu cutlass: untuned, gated units of 2048 rows or more run fused, mat
           CHECK_MESSAGE(gated_passes == 1, c.label() << ": " << steps.dump());
         } else {
           CHECK_MESSAGE(kernel.ends_with("_128x128"), c.label() << ": " << kernel);
-          CHECK(steps.at(0).at("gated_epilogue").get<std::string>().find(
-                    "computed in the epilogue") != std::string::npos);
+          CHECK(steps.at(0)
+                    .at("gated_epilogue")
+                    .get<std::string>()
+                    .find("computed in the epilogue") != std::string::npos);
           CHECK_MESSAGE(gated_passes == 0, c.label() << ": " << steps.dump());
         }
       }
