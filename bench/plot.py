@@ -64,10 +64,15 @@ def main():
     ax.set_xticklabels(shapes, rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("TFLOP/s (median; bias + activation in the time)")
     ax.set_title(args.title)
+    save_with_legend(fig, ax, args.png)
+    print(f"plot.py: {len(labels)} series over {len(shapes)} shapes -> {args.png}")
+
+
+def save_with_legend(fig, ax, png):
+    """The legend outside the axes on the right, the figure written at the benchmarks' resolution."""
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0))
     fig.tight_layout()
-    fig.savefig(args.png, dpi=110)
-    print(f"plot.py: {len(labels)} series over {len(shapes)} shapes -> {args.png}")
+    fig.savefig(png, dpi=110)
 
 
 if __name__ == "__main__":

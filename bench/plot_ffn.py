@@ -7,6 +7,8 @@ above the line at 1.0 is a row ge2 wins; ge2 tuned (graph_replay) as a hatched b
 import argparse
 import json
 
+from plot import save_with_legend
+
 # ratio key of ffn_blocks.json -> legend label, in the order drawn
 PEERS = {"torch eager": "PyTorch eager / ge2",
          "torch cuda graph": "PyTorch CUDA graph / ge2",
@@ -49,9 +51,7 @@ def main():
     ax.set_xticklabels([row_label(r) for r in rows], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("peer time / ge2 time (above 1: ge2 faster)")
     ax.set_title(args.title or f"FFN blocks, {data.get('device', '?')}, {data.get('date', '')}")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0))
-    fig.tight_layout()
-    fig.savefig(args.png, dpi=110)
+    save_with_legend(fig, ax, args.png)
     print(f"plot_ffn.py: {len(series)} series over {len(rows)} rows -> {args.png}")
 
 
