@@ -37,33 +37,30 @@ import statistics
 import subprocess
 import time
 
-# block: (activation of ge2's graph, of PyTorch, biased layers, gated)
+# block: (activation, by its name in ge2's graph; biased layers; gated)
 BLOCKS = {
-    "gelu": ("gelu", dict(approximate="none"), True, False),
-    "gelu_tanh": ("gelu_tanh", dict(approximate="tanh"), True, False),
-    "relu": ("relu", None, True, False),
-    "swiglu": ("silu", None, False, True),
-    "geglu": ("gelu", dict(approximate="none"), False, True),
+    "gelu": ("gelu", True, False),
+    "gelu_tanh": ("gelu_tanh", True, False),
+    "relu": ("relu", True, False),
+    "swiglu": ("silu", False, True),
+    "geglu": ("gelu", False, True),
 }
 
 
-def torch_activation(kind):
+def torch_activation(act):
+    """PyTorch's function for ge2's activation `act` ('gelu' is the exact erf form, as nn.GELU())."""
     import torch.nn.functional as F
 
-    _, gelu_args, _, _ = BLOCKS[kind]
-    if kind == "relu":
-        return F.relu
-    if kind == "swiglu":
-        return F.silu
-    return lambda t: F.gelu(t, **gelu_args)
+    return {"relu": F.relu, "silu": F.silu, "gelu": F.gelu,
+            "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[act]
 
 
 def torch_block(kind, hidden, inter, dtype, residual=True, device="cuda"):
     """(block, modules): the block as users write it, an nn.Module of nn.Linear modules."""
     import torch
 
-    _, _, biased, gated = BLOCKS[kind]
-    act = torch_activation(kind)
+    act_name, biased, gated = BLOCKS[kind]
+    act = torch_activation(act_name)
     lin = lambda i, o: torch.nn.Linear(i, o, bias=biased, device=device, dtype=dtype)  # noqa: E731
 
     class Mlp(torch.nn.Module):
@@ -93,7 +90,7 @@ def ge2_block(kind, modules, tokens, hidden, dtype_name, dynamic=False, residual
     dynamic: x's rows are the dynamic extent with `tokens` as its bound."""
     import ge2
 
-    act, _, _, gated = BLOCKS[kind]
+    act, _, gated = BLOCKS[kind]
     g = ge2.Graph()
     x = g.input("x", (tokens, hidden), dtype_name, dynamic=dynamic)
     const = lambda name, t: g.constant(name, t.detach().cpu())  # noqa: E731
@@ -176,7 +173,6 @@ class ClockSampler:
     def window(self, t0, t1):
         if self.process is None:
             return None
-        self.file.flush()
         samples = []
         with open(self.path) as f:
             for line in f:
@@ -294,7 +290,7 @@ def run_row(args, ctx, tuned_ctx, sampler, kind, residual, inter, tokens, dtype_
         med = time_contenders(contenders, args.groups, inner, args.device)
         clocks = sampler.window(t0, time.time()) if sampler else None
     steps = [s["op"] + ("+C" if "c" in s.get("problem", {}) else "") for s in plan.describe()["steps"]]
-    gated = BLOCKS[kind][3]
+    gated = BLOCKS[kind][2]
     flops = 2 * tokens * args.hidden * inter * (3 if gated else 2)
     ge2_default = min(med[k] for k in ("ge2", "ge2 graph_replay") if k in med)
     row = {"block": kind, "residual": residual, "tokens": tokens, "hidden": args.hidden, "inter": inter,
