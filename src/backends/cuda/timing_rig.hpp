@@ -55,7 +55,9 @@ class TimingRig {
   // 300 us of back-to-back calls (timing_rig.cpp says why not longer). The
   // contenders are timed interleaved: every round times one batch of each, in an
   // order rotated from round to round, so the drift of clocks and power under
-  // sustained load affects all of them alike.
+  // sustained load affects all of them alike. Where a call takes 50 us or more,
+  // GE2_TUNE_SUSTAIN_MS (default 250, at most 5000) of untimed rounds come first,
+  // so that the timed ones run in the sustained power state.
   std::vector<double> interleaved_medians_us(std::span<const Contender> contenders);
   double median_us(const Contender& run_once);
 
