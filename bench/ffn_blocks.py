@@ -251,6 +251,12 @@ def main():
                    "rows": rows}, f, indent=1)
 
 
+def step_kernels(plan):
+    """The kernel of each of the plan's steps ('' for a step that is not a GEMM)."""
+    return [s.get("kernel", {}).get("name", "") if isinstance(s.get("kernel"), dict) else ""
+            for s in plan.describe()["steps"]]
+
+
 def run_row(args, ctx, tuned_ctx, sampler, kind, residual, inter, tokens, dtype_name, dtype, block, modules,
             converted, compiled):
     import torch
@@ -290,6 +296,9 @@ def run_row(args, ctx, tuned_ctx, sampler, kind, residual, inter, tokens, dtype_
         med = time_contenders(contenders, args.groups, inner, args.device)
         clocks = sampler.window(t0, time.time()) if sampler else None
     steps = [s["op"] + ("+C" if "c" in s.get("problem", {}) else "") for s in plan.describe()["steps"]]
+    kernels = {"ge2": step_kernels(plan)}
+    if on_gpu:
+        kernels["ge2 tuned replay"] = step_kernels(tuned)
     gated = BLOCKS[kind][2]
     flops = 2 * tokens * args.hidden * inter * (3 if gated else 2)
     ge2_default = min(med[k] for k in ("ge2", "ge2 graph_replay") if k in med)
@@ -298,13 +307,14 @@ def run_row(args, ctx, tuned_ctx, sampler, kind, residual, inter, tokens, dtype_
            # peer time / ge2 time, so above 1 is ge2 faster; ge2 with default settings (untuned)
            "ratios": {k: v / ge2_default for k, v in med.items() if k.startswith("torch")},
            "eager_over_ge2": med["torch eager"] / ge2_default,
-           "rel_errors_vs_torch": errors, "clocks": clocks, "ge2_steps": steps}
+           "rel_errors_vs_torch": errors, "clocks": clocks, "ge2_steps": steps, "ge2_kernels": kernels}
     if "ge2 tuned replay" in med:
         row["eager_over_ge2_tuned"] = med["torch eager"] / med["ge2 tuned replay"]
     times = "  ".join(f"{k} {v:8.1f}" for k, v in med.items())
     clock_text = f"  {clocks['sm_clock_mhz']:.0f} MHz {clocks['power_w']:.0f} W" if clocks else ""
     print(f"{dtype_name:4s} {kind:9s} {'res' if residual else '   '} I={inter:5d} tokens {tokens:5d}: {times} us  "
-          f"eager/ge2 {row['eager_over_ge2']:.3f}  err {errors['ge2']:.1e}{clock_text}  steps {steps}", flush=True)
+          f"eager/ge2 {row['eager_over_ge2']:.3f}  err {errors['ge2']:.1e}{clock_text}  steps {steps}  "
+          f"kernels {kernels}", flush=True)
     return row
 
 
