@@ -322,6 +322,84 @@ TEST_CASE(
   MESSAGE("gated CUTLASS cases run: " << cases);
 }
 
+TEST_CASE(
+    "gpu cutlass: every tile walk (swizzle x raster) computes the same GEMM; the plan names it") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  if (!cutlass_offered(context.get())) return;
+  DeviceMemory memory;
+  // Tile counts that the swizzle rounds up (11 x 5 tiles of 128: the padded
+  // tiles must not be stored), more M tiles than N and the other way round, and
+  // a batch folded into M.
+  const std::array<std::array<std::int64_t, 4>, 3> sizes{
+      {{1300, 520, 136, 1}, {200, 1800, 264, 1}, {300, 264, 72, 3}}};
+  const std::array<std::pair<const char*, const char*>, 8> walks{
+      {{"1,m", "swizzle 1, along M"},
+       {"2,m", "swizzle 2, along M"},
+       {"4,m", "swizzle 4, along M"},
+       {"8,m", "swizzle 8, along M"},
+       {"1,n", "swizzle 1, along N"},
+       {"2,n", "swizzle 2, along N"},
+       {"4,n", "swizzle 4, along N"},
+       {"8,h", "swizzle 8, CUTLASS's heuristic order"}}};
+  int cases = 0;
+  for (const auto& [walk, described] : walks) {
+    REQUIRE(setenv("GE2_CUTLASS_TILE_WALK", walk, 1) == 0);
+    for (const CutlassKernel& kernel : kCutlassKernels) {
+      const auto [m, n, k, batch] = sizes[static_cast<std::size_t>(cases) % sizes.size()];
+      GemmCase c;
+      c.dtype = kernel.dtype;
+      c.m = m;
+      c.n = n;
+      c.k = k;
+      c.batch = batch;
+      c.shared_b = batch > 1;
+      c.trans_b = true;
+      c.act = GE2_ACT_GELU_ERF;
+      c.has_bias = true;
+      c.pad_ldd = 8;
+      c.force_kernel = kernel.name;
+      const auto r = run_gemm_case(context.get(), memory, c);
+      CHECK_MESSAGE(r.error <= 1e-2, c.label() << " " << kernel.name << " walk " << walk);
+      CHECK_MESSAGE(r.padding_changed == 0, c.label() << " wrote into D's row padding");
+      CHECK_MESSAGE(r.plan_json.find(described) != std::string::npos, walk << ": " << r.plan_json);
+      ++cases;
+    }
+    // The gated epilogue under the same walk.
+    const GluCase g{.dtype = cases % 2 ? GE2_DTYPE_BF16 : GE2_DTYPE_F16,
+                    .act = GE2_ACT_SILU,
+                    .tokens = 300,
+                    .hidden = 264,
+                    .intermediate = 520,
+                    .bias = true,
+                    .force_kernel = cases % 2 ? "cutlass_bf16_128x128" : "cutlass_f16_128x128",
+                    .pad_y = 8};
+    const GemmResult r = run_glu_case(context.get(), memory, g);
+    CHECK_MESSAGE(r.error <= 1e-2, g.label() << " walk " << walk << " error " << r.error);
+    CHECK_MESSAGE(r.padding_changed == 0, g.label() << " wrote into y's row padding");
+    CHECK_MESSAGE(r.plan_json.find(described) != std::string::npos, walk << ": " << r.plan_json);
+    CHECK(r.plan_json.find("computed in the epilogue") != std::string::npos);
+    ++cases;
+  }
+  REQUIRE(unsetenv("GE2_CUTLASS_TILE_WALK") == 0);
+  // The default walk: swizzle 2 along N unless its rounding adds more than 5% of
+  // the tiles (one tile row in M, a cluster of 2, would be rounded to 4).
+  for (const auto& [m, described] : {std::pair{std::int64_t{512}, "swizzle 2, along N"},
+                                     std::pair{std::int64_t{100}, "swizzle 1, CUTLASS's"}}) {
+    GemmCase c;
+    c.dtype = GE2_DTYPE_F16;
+    c.m = m;
+    c.n = 1024;
+    c.k = 64;
+    c.trans_b = true;
+    c.force_kernel = "cutlass_f16_128x128";
+    const auto r = run_gemm_case(context.get(), memory, c);
+    CHECK_MESSAGE(r.error <= 1e-2, c.label());
+    CHECK_MESSAGE(r.plan_json.find(described) != std::string::npos, m << ": " << r.plan_json);
+    ++cases;
+  }
+  MESSAGE("tile-walk cases run: " << cases);
+}
+
 TEST_CASE("gpu cutlass: untuned, gated units of 2048 rows or more run fused, matching fp64") {
   auto context = make_context(GE2_DEVICE_CUDA);
   if (!cutlass_offered(context.get())) return;

@@ -11,6 +11,7 @@
 
 #include "backends/cuda/cuda_errors.hpp"
 #include "backends/cuda/cutlass/gemm_launcher.hpp"
+#include "backends/cuda/cutlass_tile_walk.hpp"
 #include "backends/cuda/gemm_steps.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/timing_rig.hpp"
@@ -94,7 +95,8 @@ std::size_t gated_bias_offset(const GemmProblem& p) {
 }
 
 // Shapes, strides and epilogue of the problem; pointers are filled in per run.
-GemmArgs base_arguments(const GemmProblem& p, int device, int sm_count) {
+GemmArgs base_arguments(const GemmProblem& p, int device, int sm_count,
+                        const GemmLauncher& launcher) {
   const MatrixView a = p.op_a(), b = p.op_b();
   GemmArgs g;
   g.m = static_cast<int>(p.m);
@@ -120,6 +122,7 @@ GemmArgs base_arguments(const GemmProblem& p, int device, int sm_count) {
   }
   g.device = device;
   g.sm_count = sm_count;
+  choose_tile_walk(g, launcher.tile());
   return g;
 }
 
@@ -154,7 +157,7 @@ class CutlassGemmStep final : public Step {
             "no interleaved weight was prepared for the gated epilogue");
     require(problem_.gated || fallback_ != nullptr, GE2_ERROR_INTERNAL,
             "{}: no step for unaligned pointers", kernel_name(kernel));
-    base_ = base_arguments(problem_, device, sm_count);
+    base_ = base_arguments(problem_, device, sm_count, *launcher_);
     // CUTLASS's own shape and stride rules, with stand-in aligned pointers.
     GemmArgs probe = base_;
     char* aligned = reinterpret_cast<char*>(std::uintptr_t{256});
@@ -193,6 +196,7 @@ class CutlassGemmStep final : public Step {
     nlohmann::json j =
         fused_kernel_description(kernel_name(kernel_), "cutlass", launcher_->configuration(),
                                  problem_, folded_, fallback_.get());
+    j["tile_walk"] = describe_tile_walk(base_);
     if (problem_.gated)
       j["epilogue"] = fmt::format("act(gate) * up, act = {}, on B rows interleaved at compile",
                                   activation_name(problem_.gated->act));
@@ -234,7 +238,7 @@ class CutlassTimer final : public FamilyTimer {
     if (!cutlass_layout_problem(problem).empty()) return std::nullopt;
     std::shared_ptr<GemmLauncher> launcher =
         make_launcher(kernel, problem.act, problem.gated.has_value());
-    const GemmArgs base = base_arguments(problem, device_, sm_count_);
+    const GemmArgs base = base_arguments(problem, device_, sm_count_, *launcher);
     // A gated unit reads B and the bias interleaved, as the plan prepares them:
     // one copy per input set; its output goes to the rig's (wider) output.
     auto prepared = std::make_shared<std::vector<DeviceBuffer>>();

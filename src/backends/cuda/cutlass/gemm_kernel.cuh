@@ -54,6 +54,16 @@ struct Pingpong128x128 {
   static constexpr const char* kName = "ping-pong 128x128x64, cluster 2x1";
 };
 
+// GemmArgs' tile walk in the persistent scheduler's arguments.
+template <typename SchedulerArguments>
+void set_tile_walk(SchedulerArguments& scheduler, const GemmArgs& g) {
+  using Raster = decltype(scheduler.raster_order);
+  scheduler.max_swizzle_size = g.max_swizzle;
+  scheduler.raster_order = g.raster == TileRaster::AlongM   ? Raster::AlongM
+                           : g.raster == TileRaster::AlongN ? Raster::AlongN
+                                                            : Raster::Heuristic;
+}
+
 template <typename Functor, typename = void>
 struct TakesActivationArgument : std::false_type {};
 template <typename Functor>
@@ -102,6 +112,13 @@ class CachedLauncher final : public GemmLauncher {
   }
 
   std::string configuration() const override { return Types::configuration(); }
+  TileShape tile() const override {
+    using Config = typename Types::Config;
+    return {int(cute::size<0>(typename Config::Tile{})),
+            int(cute::size<1>(typename Config::Tile{})),
+            int(cute::size<0>(typename Config::Cluster{})),
+            int(cute::size<1>(typename Config::Cluster{}))};
+  }
 
  private:
   Gemm gemm_;
@@ -124,8 +141,9 @@ using Mainloop = typename ::cutlass::gemm::collective::CollectiveBuilder<
 // D = act(alpha * A B^T + beta * C + bias). Activation: RuntimeActivation (the
 // activation is a kernel argument) or CompiledActivation<F>::Fn (one functor
 // compiled into the epilogue).
-template <typename Element, typename Config, template <class> class Activation>
+template <typename Element, typename Config_, template <class> class Activation>
 struct FusedGemmTypes {
+  using Config = Config_;
   static constexpr bool kRuntimeActivation = TakesActivationArgument<Activation<float>>::value;
   static constexpr int kAlignment = 16 / sizeof(Element);
   using RowMajor = ::cutlass::layout::RowMajor;
@@ -167,6 +185,7 @@ struct FusedGemmTypes {
     epilogue.beta = has_c ? g.beta : 0.0f;
     epilogue.bias_ptr = static_cast<const Element*>(g.bias);
     if constexpr (kRuntimeActivation) epilogue.activation.activation = g.activation;
+    set_tile_walk(arguments.scheduler, g);
     return arguments;
   }
 
@@ -180,8 +199,9 @@ using CutlassGemm = CachedLauncher<FusedGemmTypes<Element, Config, Activation>>;
 
 // The gated form (gated_epilogue.cuh): g.n is the accumulator's width (gate
 // and up interleaved), D is [M, n / 2]; no C.
-template <typename Element, typename Config>
+template <typename Element, typename Config_>
 struct GatedGemmTypes {
+  using Config = Config_;
   using CollectiveEpilogue = ::cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
       GatedEpilogue<Element>>;
   using Kernel = ::cutlass::gemm::kernel::GemmUniversal<
@@ -200,12 +220,14 @@ struct GatedGemmTypes {
     epilogue.bias = static_cast<const Element*>(g.bias);
     epilogue.alpha = g.alpha;
     epilogue.activation = g.activation;
-    return {
+    typename Gemm::Arguments arguments{
         ::cutlass::gemm::GemmUniversalMode::kGemm,
         {g.m, g.n, g.k, g.batch},
         {static_cast<const Element*>(g.a), stride_a, static_cast<const Element*>(g.b), stride_b},
         epilogue,
         ::cutlass::KernelHardwareInfo{g.device, g.sm_count}};
+    set_tile_walk(arguments.scheduler, g);
+    return arguments;
   }
 
   static std::string configuration() { return std::string(Config::kName) + ", gated epilogue"; }

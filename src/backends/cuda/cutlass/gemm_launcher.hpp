@@ -14,6 +14,15 @@
 
 namespace ge2::cuda::cutlass_kernels {
 
+// CUTLASS's RasterOrderOptions: Heuristic walks along N when the problem has
+// at least as many tiles in M as in N, else along M.
+enum class TileRaster : int { Heuristic = 0, AlongM = 1, AlongN = 2 };
+
+// A configuration's CTA tile and cluster, in output elements and CTAs.
+struct TileShape {
+  int tile_m = 0, tile_n = 0, cluster_m = 1, cluster_n = 1;
+};
+
 struct GemmArgs {
   int m = 0, n = 0, k = 0, batch = 1;
   // Leading dimensions and batch strides in elements.
@@ -29,6 +38,12 @@ struct GemmArgs {
   float alpha = 1.0f, beta = 0.0f;
   int activation = 0;  // a ge2::Activation value, applied in the epilogue
   int device = 0, sm_count = 0;
+  // The persistent tile scheduler's walk over the output tiles: up to
+  // `max_swizzle` (1, 2, 4 or 8) tiles side by side along the minor dimension
+  // before the walk moves along the major one, which `raster` names
+  // (cutlass_schedule.hpp says why it matters).
+  int max_swizzle = 1;
+  TileRaster raster = TileRaster::Heuristic;
 };
 
 inline bool same_arguments(const GemmArgs& x, const GemmArgs& y) {
@@ -38,7 +53,7 @@ inline bool same_arguments(const GemmArgs& x, const GemmArgs& y) {
          x.batch_stride_c == y.batch_stride_c && x.d == y.d && x.ldd == y.ldd &&
          x.batch_stride_d == y.batch_stride_d && x.bias == y.bias && x.alpha == y.alpha &&
          x.beta == y.beta && x.activation == y.activation && x.device == y.device &&
-         x.sm_count == y.sm_count;
+         x.sm_count == y.sm_count && x.max_swizzle == y.max_swizzle && x.raster == y.raster;
 }
 
 class GemmLauncher {
@@ -54,6 +69,7 @@ class GemmLauncher {
   // "cooperative 128x256x64, cluster 2x1", for plans and tuning rows; ", activation
   // compiled in" follows for the instances of one activation.
   virtual std::string configuration() const = 0;
+  virtual TileShape tile() const = 0;
 };
 
 // One per instance file.
