@@ -224,13 +224,28 @@ TEST_CASE("selector: CUTLASS kernels are scored but chosen only on a measured ti
     const KernelId lt = dtype == DType::F16 ? KernelId::LtF16 : KernelId::LtBf16;
     const KernelId coop =
         dtype == DType::F16 ? KernelId::CutlassF16Coop : KernelId::CutlassBf16Coop;
-    for (Activation act : {Activation::None, Activation::GeluErf, Activation::Silu}) {
-      for (GemmProblem p : {linear(dtype, 4096, 11008, 4096), linear(dtype, 8, 4096, 4096)}) {
+    const KernelId pingpong128 =
+        dtype == DType::F16 ? KernelId::CutlassF16Pingpong128 : KernelId::CutlassBf16Pingpong128;
+    for (Activation act : {Activation::None, Activation::GeluTanh, Activation::GeluErf,
+                           Activation::Silu, Activation::QuickGelu}) {
+      for (GemmProblem p : {linear(dtype, 4096, 11008, 4096), linear(dtype, 2048, 11008, 4096),
+                            linear(dtype, 2047, 11008, 4096), linear(dtype, 8, 4096, 4096)}) {
         p.has_bias = true;
         p.act = act;
         CAPTURE(activation_name(act));
+        CAPTURE(p.m);
         const auto s = select_gemm_kernel(p, h200, {});
-        CHECK(s.kernel == lt);
+        // From 2048 rows an activation cuBLASLt's epilogue lacks runs fused on the
+        // 128x128 rows untuned (measured: KernelInfo::pass_act_min_rows_untuned).
+        const bool pass_act =
+            act == Activation::GeluErf || act == Activation::Silu || act == Activation::QuickGelu;
+        if (pass_act && p.m >= 2048) {
+          CHECK(s.kernel == pingpong128);
+          CHECK(s.why.find("2048 rows or more with") != std::string::npos);
+          CHECK(candidate(s, pingpong128).reason.find("preferred untuned") != std::string::npos);
+        } else {
+          CHECK(s.kernel == lt);
+        }
         const Candidate& c = candidate(s, coop);
         CHECK(c.feasible);
         CHECK(c.estimated_us > 0);

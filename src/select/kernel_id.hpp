@@ -81,6 +81,15 @@ struct KernelInfo {
   // docs/cutlass.md): the fused step 1.01-1.08x cuBLASLt plus its gated_mul pass from
   // 2048 rows on, 0.89x at 512 and 0.45x at 16; the model ranks it a little slower.
   std::int64_t gated_min_rows_untuned = 0;
+  // From this many rows a GEMM whose activation no cuBLASLt epilogue computes (erf
+  // GELU, SiLU, QuickGELU: cuBLASLt's step runs a separate pass over D) runs on this
+  // kernel untuned, whatever the model estimates; 0: never. Measured (H100, run 20,
+  // GELU-erf FFN blocks of hidden 4096, I 11008, f16 and bf16): the tuner chose the
+  // 128x128 erf instance at 2048-8192 tokens, and those blocks ran 1.04-1.10x faster
+  // than untuned ones on cuBLASLt + erf pass (4096 tokens: 1131 against 1246 us,
+  // 1075 against 1191; with this rule the untuned block ran 1165 and 1101); at 512
+  // tokens the tuner kept cuBLASLt + pass, the CUTLASS layer 10% slower there.
+  std::int64_t pass_act_min_rows_untuned = 0;
 };
 
 // Fitted to bench_gemm on the H200 (bench/results/2026-12-02-h200-run3):
@@ -145,6 +154,7 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      0,
      false,
      true,
+     2048,
      2048},
     {KernelId::CutlassBf16Coop,
      "cutlass_bf16_128x256",
@@ -173,6 +183,7 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      0,
      false,
      true,
+     2048,
      2048},
     {KernelId::CudaF32,
      "cuda_f32",

@@ -401,13 +401,23 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
       candidate.reason += fmt::format(", + separate gated_mul pass ({:.1f} us)", pass);
     }
     const KernelInfo& info = kernel_info(kernel);
-    candidate.preferred_untuned =
+    const bool gated_rule =
         gated_in_epilogue && info.gated_min_rows_untuned > 0 && rows >= info.gated_min_rows_untuned;
-    if (candidate.preferred_untuned)
+    const bool pass_act_rule = !problem.gated && problem.act != Activation::None &&
+                               activation_info(problem.act).cublaslt == LtEpilogue::kNone &&
+                               info.pass_act_min_rows_untuned > 0 &&
+                               rows >= info.pass_act_min_rows_untuned;
+    candidate.preferred_untuned = gated_rule || pass_act_rule;
+    if (gated_rule)
       candidate.reason += fmt::format(
           "; a gated unit of {} rows (>= {}): preferred untuned, the fused step measured faster "
           "than cuBLASLt and its gated_mul pass",
           rows, info.gated_min_rows_untuned);
+    if (pass_act_rule)
+      candidate.reason += fmt::format(
+          "; {} rows (>= {}) with {}, which no cuBLASLt epilogue computes: preferred untuned, "
+          "measured faster than cuBLASLt and its separate pass",
+          rows, info.pass_act_min_rows_untuned, activation_name(problem.act));
     candidate.needs_measurement =
         !candidate.preferred_untuned &&
         (info.needs_measurement || (info.max_rows_untuned > 0 && rows > info.max_rows_untuned));
@@ -488,9 +498,13 @@ void choose_kernel(Selection& selection, const GemmProblem& problem, const Selec
   selection.kernel = best->kernel;
   selection.staged = best->staged && !best->measured;
   selection.why =
-      !any_measured && best->preferred_untuned
+      !any_measured && best->preferred_untuned && problem.gated
           ? fmt::format("a gated unit of {} rows or more runs fused untuned ({:.2f} us estimated)",
                         kernel_info(best->kernel).gated_min_rows_untuned, best->estimated_us)
+      : !any_measured && best->preferred_untuned
+          ? fmt::format("{} rows or more with {} run with it fused untuned ({:.2f} us estimated)",
+                        kernel_info(best->kernel).pass_act_min_rows_untuned,
+                        activation_name(problem.act), best->estimated_us)
           : fmt::format("lowest {} time ({:.2f} us)", any_measured ? "measured" : "estimated",
                         best->estimated_us);
   selection.why += aligned            ? ""
