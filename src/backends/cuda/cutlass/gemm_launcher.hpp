@@ -41,7 +41,7 @@ struct GemmArgs {
   // The persistent tile scheduler's walk over the output tiles: up to
   // `max_swizzle` (1, 2, 4 or 8) tiles side by side along the minor dimension
   // before the walk moves along the major one, which `raster` names
-  // (cutlass_schedule.hpp says why it matters).
+  // (backends/cuda/cutlass_tile_walk.hpp says why it matters).
   int max_swizzle = 1;
   TileRaster raster = TileRaster::Heuristic;
 };
