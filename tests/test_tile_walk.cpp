@@ -1,0 +1,96 @@
+// The CUTLASS tile-walk rule (backends/cuda/cutlass_tile_walk.hpp) without a GPU:
+// which walk each problem gets, and GE2_CUTLASS_TILE_WALK's override and its refusals.
+#include <doctest/doctest.h>
+#include <stdlib.h>
+
+#include <string>
+
+#include "backends/cuda/cutlass_tile_walk.hpp"
+
+using ge2::cuda::choose_tile_walk;
+using ge2::cuda::describe_tile_walk;
+using ge2::cuda::cutlass_kernels::GemmArgs;
+using ge2::cuda::cutlass_kernels::TileRaster;
+using ge2::cuda::cutlass_kernels::TileShape;
+
+namespace {
+
+constexpr TileShape kPingpong128{128, 128, 2, 1};
+constexpr TileShape kCooperative128x256{128, 256, 2, 1};
+
+GemmArgs walked(int m, int n, int batch, const TileShape& tile) {
+  GemmArgs g;
+  g.m = m;
+  g.n = n;
+  g.k = 4096;
+  g.batch = batch;
+  choose_tile_walk(g, tile);
+  return g;
+}
+
+// Unsets GE2_CUTLASS_TILE_WALK when a case ends, however it ends.
+struct WalkEnv {
+  explicit WalkEnv(const char* value) { REQUIRE(setenv("GE2_CUTLASS_TILE_WALK", value, 1) == 0); }
+  ~WalkEnv() { unsetenv("GE2_CUTLASS_TILE_WALK"); }
+};
+
+}  // namespace
+
+TEST_CASE("tile walk: swizzle 2 along N unless its rounding adds more than 5% of the tiles") {
+  unsetenv("GE2_CUTLASS_TILE_WALK");
+  struct Shape {
+    int m, n, batch;
+  };
+  // FFN shapes: tile counts that the swizzle's rounding leaves alone.
+  for (const Shape& s :
+       {Shape{4096, 11008, 1}, Shape{8192, 22016, 1}, Shape{2048, 4096, 1}, Shape{512, 22016, 1}}) {
+    CAPTURE(s.m);
+    CAPTURE(s.n);
+    const GemmArgs g = walked(s.m, s.n, s.batch, kPingpong128);
+    CHECK(g.max_swizzle == 2);
+    CHECK(g.raster == TileRaster::AlongN);
+    CHECK(describe_tile_walk(g) == "swizzle 2, along N");
+  }
+  // 43 tiles of 256 columns rounded to 44: 2.3% more, still taken.
+  CHECK(walked(4096, 11008, 1, kCooperative128x256).max_swizzle == 2);
+  // One tile row (two with the cluster) would become four; five would become
+  // eight; three N tiles four: CUTLASS's own walk stays.
+  for (const Shape& s : {Shape{100, 4096, 1}, Shape{520, 4096, 1}, Shape{4096, 384, 3}}) {
+    CAPTURE(s.m);
+    CAPTURE(s.n);
+    const GemmArgs g = walked(s.m, s.n, s.batch, kPingpong128);
+    CHECK(g.max_swizzle == 1);
+    CHECK(g.raster == TileRaster::Heuristic);
+    CHECK(describe_tile_walk(g) == "swizzle 1, CUTLASS's heuristic order");
+  }
+}
+
+TEST_CASE("tile walk: GE2_CUTLASS_TILE_WALK overrides the choice; other values are ignored") {
+  {
+    const WalkEnv env("8,m");
+    const GemmArgs g = walked(100, 4096, 1, kPingpong128);
+    CHECK(g.max_swizzle == 8);
+    CHECK(g.raster == TileRaster::AlongM);
+  }
+  {
+    const WalkEnv env("4");
+    const GemmArgs g = walked(4096, 11008, 1, kPingpong128);
+    CHECK(g.max_swizzle == 4);
+    CHECK(g.raster == TileRaster::Heuristic);
+  }
+  {
+    const WalkEnv env("1,n");
+    CHECK(describe_tile_walk(walked(4096, 11008, 1, kPingpong128)) == "swizzle 1, along N");
+  }
+  // Not a walk: a warning, and the walk the rule chooses.
+  for (const char* bad : {"3", "2,x", "2,", "16", "8,nn", "n", " 2", "2,m "}) {
+    CAPTURE(bad);
+    const WalkEnv env(bad);
+    const GemmArgs big = walked(4096, 11008, 1, kPingpong128);
+    CHECK(big.max_swizzle == 2);
+    CHECK(big.raster == TileRaster::AlongN);
+    const GemmArgs small = walked(100, 4096, 1, kPingpong128);
+    CHECK(small.max_swizzle == 1);
+    CHECK(small.raster == TileRaster::Heuristic);
+  }
+}
