@@ -38,30 +38,32 @@ struct WalkEnv {
 
 TEST_CASE("tile walk: swizzle 2 along N unless its rounding adds more than 5% of the tiles") {
   unsetenv("GE2_CUTLASS_TILE_WALK");
-  struct Shape {
+  struct Case {
     int m, n, batch;
+    TileShape tile;
+    const char* walk;
   };
-  // FFN shapes: tile counts that the swizzle's rounding leaves alone.
-  for (const Shape& s :
-       {Shape{4096, 11008, 1}, Shape{8192, 22016, 1}, Shape{2048, 4096, 1}, Shape{512, 22016, 1}}) {
-    CAPTURE(s.m);
-    CAPTURE(s.n);
-    const GemmArgs g = walked(s.m, s.n, s.batch, kPingpong128);
-    CHECK(g.max_swizzle == 2);
-    CHECK(g.raster == TileRaster::AlongN);
-    CHECK(describe_tile_walk(g) == "swizzle 2, along N");
-  }
-  // 43 tiles of 256 columns rounded to 44: 2.3% more, still taken.
-  CHECK(walked(4096, 11008, 1, kCooperative128x256).max_swizzle == 2);
-  // One tile row (two with the cluster) would become four; five would become
-  // eight; three N tiles four: CUTLASS's own walk stays.
-  for (const Shape& s : {Shape{100, 4096, 1}, Shape{520, 4096, 1}, Shape{4096, 384, 3}}) {
-    CAPTURE(s.m);
-    CAPTURE(s.n);
-    const GemmArgs g = walked(s.m, s.n, s.batch, kPingpong128);
-    CHECK(g.max_swizzle == 1);
-    CHECK(g.raster == TileRaster::Heuristic);
-    CHECK(describe_tile_walk(g) == "swizzle 1, CUTLASS's heuristic order");
+  constexpr const char* kSwizzled = "swizzle 2, along N";
+  constexpr const char* kDefault = "swizzle 1, CUTLASS's heuristic order";
+  const Case cases[] = {// FFN shapes: tile counts the swizzle's rounding leaves alone.
+                        {4096, 11008, 1, kPingpong128, kSwizzled},
+                        {8192, 22016, 1, kPingpong128, kSwizzled},
+                        {2048, 4096, 1, kPingpong128, kSwizzled},
+                        {512, 22016, 1, kPingpong128, kSwizzled},
+                        // 43 tiles of 256 columns rounded to 44: 2.3% more, still taken.
+                        {4096, 11008, 1, kCooperative128x256, kSwizzled},
+                        // One tile row (two with the cluster) would become four, five eight, three
+                        // N tiles four: CUTLASS's own walk stays.
+                        {100, 4096, 1, kPingpong128, kDefault},
+                        {520, 4096, 1, kPingpong128, kDefault},
+                        {4096, 384, 3, kPingpong128, kDefault}};
+  for (const Case& c : cases) {
+    CAPTURE(c.m);
+    CAPTURE(c.n);
+    const GemmArgs g = walked(c.m, c.n, c.batch, c.tile);
+    CHECK(describe_tile_walk(g) == c.walk);
+    CHECK(g.max_swizzle == (c.walk == kSwizzled ? 2 : 1));
+    CHECK(g.raster == (c.walk == kSwizzled ? TileRaster::AlongN : TileRaster::Heuristic));
   }
 }
 
