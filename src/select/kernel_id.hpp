@@ -84,11 +84,12 @@ struct KernelInfo {
   // From this many rows a GEMM whose activation no cuBLASLt epilogue computes (erf
   // GELU, SiLU, QuickGELU: cuBLASLt's step runs a separate pass over D) runs on this
   // kernel untuned, whatever the model estimates; 0: never. Measured (H100, run 20,
-  // GELU-erf FFN blocks of hidden 4096, I 11008, f16 and bf16): the tuner chose the
-  // 128x128 erf instance at 2048-8192 tokens, and those blocks ran 1.04-1.10x faster
-  // than untuned ones on cuBLASLt + erf pass (4096 tokens: 1131 against 1246 us,
-  // 1075 against 1191; with this rule the untuned block ran 1165 and 1101); at 512
-  // tokens the tuner kept cuBLASLt + pass, the CUTLASS layer 10% slower there.
+  // GELU-erf FFN blocks of hidden 4096, I 11008, f16 and bf16, replayed): the tuner
+  // chose the 128x128 erf instance at 2048 and 4096 tokens (and at 8192 in three of
+  // four runs), and those blocks ran 1.04-1.09x faster than untuned ones on cuBLASLt
+  // + erf pass (4096 tokens: 1131 against 1228 us, 1075 against 1175; with this rule
+  // the untuned blocks ran 1165 and 1101); at 8192 tokens the forms were within 1%;
+  // at 512 the tuner kept cuBLASLt + pass, the CUTLASS layer 10% slower there.
   std::int64_t pass_act_min_rows_untuned = 0;
 };
 
