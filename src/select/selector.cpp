@@ -403,10 +403,10 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
     const KernelInfo& info = kernel_info(kernel);
     const bool gated_rule =
         gated_in_epilogue && info.gated_min_rows_untuned > 0 && rows >= info.gated_min_rows_untuned;
-    const bool pass_act_rule = !problem.gated && problem.act != Activation::None &&
-                               activation_info(problem.act).cublaslt == LtEpilogue::kNone &&
-                               info.pass_act_min_rows_untuned > 0 &&
-                               rows >= info.pass_act_min_rows_untuned;
+    // LtEpilogue::kNone: an activation (not Activation::None, kIdentity) cuBLASLt cannot fuse.
+    const bool pass_act_rule =
+        !problem.gated && activation_info(problem.act).cublaslt == LtEpilogue::kNone &&
+        info.pass_act_min_rows_untuned > 0 && rows >= info.pass_act_min_rows_untuned;
     candidate.preferred_untuned = gated_rule || pass_act_rule;
     if (gated_rule)
       candidate.reason += fmt::format(
