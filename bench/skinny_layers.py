@@ -6,6 +6,7 @@ Contenders per shape and dtype (none: bias only; erf: bias + exact GELU):
   torch_{none,erf}       F.linear(x, W, b) / F.gelu(F.linear(x, W, b))
   ge2_{none,erf}         ge2's default choice (the plan's kernel is recorded)
   ge2_{none,erf}_skinny  forced cuda_skinny
+  ge2_{none,erf}_skinny_tc  the same in its tensor-core form (GE2_SKINNY_TENSOR_CORES=1; 16-bit, 2+ rows)
   ge2_{none,erf}_lt      forced cuBLASLt (erf: GEMM + bias, then the separate pass)
 Two timings of each: "device", one call captured in a CUDA graph and replayed back to back
 (kernels only), and "eager", the Python call itself back to back (host cost included, as a
@@ -38,7 +39,7 @@ def main():
     ctx = ge2.Context(device="cuda", tunedb="")
     rows = []
     for dtype_name in args.dtypes:
-        dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
+        dtype = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype_name]
         for n, k in SHAPES:
             w = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5
             b = torch.randn(n, device="cuda", dtype=dtype)
@@ -48,16 +49,23 @@ def main():
                 refs = {"none": ref, "erf": F.gelu(ref)}
                 runs, outs, kernels = {}, {}, {}
                 for act, name in ((None, "none"), ("gelu", "erf")):
-                    for suffix, force in (("", None), ("_skinny", "cuda_skinny"), ("_lt", f"lt_{dtype_name}")):
+                    for suffix, force in (("", None), ("_skinny", "cuda_skinny"), ("_skinny_tc", "cuda_skinny"),
+                                          ("_lt", f"lt_{dtype_name}")):
+                        if suffix == "_skinny_tc" and (dtype_name == "f32" or m == 1):
+                            continue  # the tensor-core form takes 16-bit data from two rows
                         g = ge2.Graph()
                         vx, vw, vb = g.input("x", (m, k), dtype_name), g.input("w", (n, k), dtype_name), \
                             g.input("b", (n,), dtype_name)
                         g.output(g.gemm_bias_act(vx, vw, vb, act=act, trans_b=True), "y")
+                        # Read when the plan is compiled (opt-in until measured: docs/selector.md).
+                        os.environ["GE2_SKINNY_TENSOR_CORES"] = "1" if suffix == "_skinny_tc" else "0"
                         try:
                             plan = g.compile(ctx, force_kernel=force)
                         except ge2.Ge2Error as e:  # cuda_skinny refused (rows, columns): say why
                             kernels[f"ge2_{name}{suffix}"] = f"refused: {e}"
                             continue
+                        finally:
+                            os.environ.pop("GE2_SKINNY_TENSOR_CORES")
                         y = torch.empty(m, n, device="cuda", dtype=dtype)
                         key = f"ge2_{name}{suffix}"
                         runs[key] = lambda p=plan, y=y: p.execute({"x": x, "w": w, "b": b, "y": y})
@@ -82,6 +90,7 @@ def main():
                 rows.append(row)
                 best = lambda d, key: d.get(key, float("nan"))  # noqa: E731
                 print(f"{dtype_name} {m:2d}x{n}x{k}: device none skinny {best(device, 'ge2_none_skinny'):6.1f} "
+                      f"tc {best(device, 'ge2_none_skinny_tc'):6.1f} "
                       f"lt {best(device, 'ge2_none_lt'):6.1f} torch {device['torch_none']:6.1f} | erf default "
                       f"{device['ge2_erf']:6.1f} ({kernels['ge2_erf']}) skinny {best(device, 'ge2_erf_skinny'):6.1f} "
                       f"lt+pass {best(device, 'ge2_erf_lt'):6.1f} torch {device['torch_erf']:6.1f} | eager erf "

@@ -1,13 +1,14 @@
-// skinny_probe: which configuration of the cuda_skinny kernel
-// (src/backends/cuda/skinny_gemm.cuh) streams a weight fastest for 1-8 rows?
-// Warps per block x columns per warp x vectors in flight per column, fp16, on
-// FFN weights of 7B-70B models. Each variant runs R launches between two
-// events over weights rotated through more memory than L2 holds; median of
-// rounds, order rotated and reversed every round. Every variant's output is
-// compared with the library configuration's. Built on request:
-// cmake --build build --target skinny_probe; gpu-check.sh skinny runs it.
+// skinny_probe: which configuration of the cuda_skinny kernel streams a weight
+// fastest for 1-16 rows? The CUDA-core form (src/backends/cuda/skinny_gemm.cuh:
+// warps per block x columns per warp x vectors in flight per column) against
+// the tensor-core form (skinny_mma.cuh: warps per block x 8-column tiles per
+// block x steps in flight per warp), fp16, on FFN weights of 7B-70B models.
+// Each variant runs R launches between two events over weights rotated through
+// more memory than L2 holds; median of rounds, order rotated and reversed every
+// round. Every variant's output is compared with the first one's. Built on
+// request: cmake --build build --target skinny_probe; gpu-check.sh skinny runs it.
 //
-//   skinny_probe [--rounds N] [--json FILE]
+//   skinny_probe [--rounds N] [--json FILE] [--rows 1,2,4,8,16]
 #include <cuda_fp16.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -21,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda/skinny_gemm.cuh"
+#include "backends/cuda/skinny_mma.cuh"
 #include "cuda_or_die.hpp"
 
 namespace {
@@ -35,8 +36,14 @@ struct Variant {
 
 template <int W, int C, int U>
 Variant variant() {
-  return {fmt::format("{}w x {}c x {}u", W, C, U),
-          [](const Params& p, cudaStream_t s) { launch<__half, Config<W, C, U>, 8>(p, 1, s); }};
+  return {fmt::format("core {}w x {}c x {}u", W, C, U),
+          [](const Params& p, cudaStream_t s) { launch<__half, Config<W, C, U>, 16>(p, 1, s); }};
+}
+
+template <int W, int T, int U>
+Variant mma_variant() {
+  return {fmt::format("mma {}w x {}t x {}u", W, T, U),
+          [](const Params& p, cudaStream_t s) { launch_mma<__half, MmaConfig<W, T, U>>(p, 1, s); }};
 }
 
 }  // namespace
@@ -44,13 +51,20 @@ Variant variant() {
 int main(int argc, char** argv) {
   int rounds = 9;
   std::string json_path;
+  std::vector<int> row_counts = {1, 2, 4, 8, 16};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    if (!std::strcmp(argv[i], "--rows") && i + 1 < argc) {
+      row_counts.clear();
+      for (char* item = std::strtok(argv[++i], ","); item; item = std::strtok(nullptr, ","))
+        row_counts.push_back(std::clamp(std::atoi(item), 1, 16));
+    }
   }
-  const std::vector<Variant> variants = {variant<8, 1, 4>(), variant<8, 1, 8>(),
-                                         variant<4, 2, 4>(), variant<4, 4, 2>(),
-                                         variant<8, 2, 2>(), variant<2, 4, 4>()};
+  const std::vector<Variant> variants = {variant<8, 2, 2>(),      mma_variant<8, 2, 4>(),
+                                         mma_variant<8, 4, 2>(),  mma_variant<8, 4, 4>(),
+                                         mma_variant<4, 4, 4>(),  mma_variant<16, 2, 2>(),
+                                         mma_variant<16, 4, 2>(), mma_variant<4, 8, 4>()};
   const std::vector<std::pair<int, int>> shapes = {{4096, 4096},  {11008, 4096}, {4096, 11008},
                                                    {14336, 4096}, {4096, 14336}, {8192, 8192},
                                                    {57344, 8192}, {8192, 28672}};  // (N, K)
@@ -75,14 +89,14 @@ int main(int argc, char** argv) {
       CUDA_OR_DIE(cudaMalloc(&b, b_bytes));
       CUDA_OR_DIE(cudaMemcpy(b, host.data(), b_bytes, cudaMemcpyHostToDevice));
     }
-    std::vector<__half> a_host(8 * std::size_t(k));
+    std::vector<__half> a_host(16 * std::size_t(k));
     for (auto& v : a_host) v = __float2half(uniform(engine));
     void *a, *d, *d0;
     CUDA_OR_DIE(cudaMalloc(&a, a_host.size() * 2));
     CUDA_OR_DIE(cudaMemcpy(a, a_host.data(), a_host.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OR_DIE(cudaMalloc(&d, 8 * std::size_t(n) * 2));
-    CUDA_OR_DIE(cudaMalloc(&d0, 8 * std::size_t(n) * 2));
-    for (int m : {1, 2, 4, 8}) {
+    CUDA_OR_DIE(cudaMalloc(&d, 16 * std::size_t(n) * 2));
+    CUDA_OR_DIE(cudaMalloc(&d0, 16 * std::size_t(n) * 2));
+    for (int m : row_counts) {
       Params p{};
       p.a = a;
       p.m = m;

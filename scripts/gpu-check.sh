@@ -192,7 +192,7 @@ for mode in $modes; do
     ;;&
   skinny | all)
     # cuda_skinny: its GPU cases (also under memcheck) and decode-sized layers against cuBLASLt and PyTorch.
-    gpu_cases skinny 'gpu skinny*' 'gpu skinny: each*'
+    gpu_cases skinny 'gpu skinny*' 'gpu skinny: each*,gpu skinny: the tensor-core*'
     [ -x "$BUILD/bench/skinny_probe" ] && timeout 200 "$BUILD/bench/skinny_probe" --json "$OUT/skinny_probe.json" \
       > "$OUT/skinny_probe.log" 2>&1
     note "skinny probe: exit $? (skinny_probe.log; build it with --target skinny_probe)"

@@ -1,5 +1,5 @@
-// GPU tests of cuda_skinny, the decode-sized GEMM kernel: every dtype x row
-// count x epilogue against fp64 (partial blocks of columns, K of one vector and
+// GPU tests of cuda_skinny, the decode-sized GEMM kernel (both forms): every
+// dtype x row count x epilogue against fp64 (partial blocks of columns, K of one vector and
 // of many, padded rows, C with beta), default selection on nn.Linear layers,
 // folded batches, unaligned pointers and the tuning mode.
 #include <doctest/doctest.h>
@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "support/gpu_helpers.hpp"
+#include "support/scoped_env.hpp"
 #include "tunedb/tunedb.hpp"
 
 using namespace ge2::test;
@@ -48,6 +49,56 @@ TEST_CASE("gpu skinny: each dtype x rows x activation x bias x C matches fp64") 
           ++cases;
         }
   MESSAGE("cuda_skinny cases run: " << cases);
+}
+
+TEST_CASE("gpu skinny: the tensor-core form (GE2_SKINNY_TENSOR_CORES=1) matches fp64") {
+  const ScopedEnv tensor_cores("GE2_SKINNY_TENSOR_CORES", "1");  // read when a plan is compiled
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  int cases = 0;
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
+    for (std::int64_t m : {1, 2, 3, 7, 8})
+      for (ge2_activation_t act : {GE2_ACT_NONE, GE2_ACT_GELU_ERF, GE2_ACT_SILU})
+        for (int variant = 0; variant < 4; ++variant) {
+          GemmCase c;
+          c.dtype = dtype;
+          c.m = m;
+          c.n = variant % 2 ? 1061 : 1064;
+          // One vector, a partial 32-element step, and more steps than one round of the
+          // block's warps takes (8 warps x 4 steps of 32).
+          c.k = (cases % 3 == 0) ? 8 : (cases % 3 == 1 ? 1000 : 4104);
+          c.trans_b = true;
+          c.act = act;
+          c.has_bias = variant != 0;
+          c.with_c = variant == 2;
+          c.alpha = variant == 2 ? 0.75f : 1.0f;
+          c.beta = variant == 2 ? -1.5f : 0.0f;
+          c.pad_ldd = variant == 3 ? 3 : 0;
+          c.pad_lda = variant == 3 ? 16 : 0;
+          c.pad_ldb = variant == 3 ? 8 : 0;
+          c.force_kernel = "cuda_skinny";
+          const auto r = run_gemm_case(context.get(), memory, c);
+          CHECK(chosen_kernel(r.plan_json) == "cuda_skinny");
+          // One row stays on CUDA cores.
+          CHECK((r.plan_json.find("tensor cores") != std::string::npos) == (m >= 2));
+          CHECK_MESSAGE(r.error <= gpu_tolerance(dtype, "cuda_skinny"),
+                        c.label() << " error " << r.error);
+          CHECK_MESSAGE(r.padding_changed == 0, c.label() << " wrote into D's row padding");
+          ++cases;
+        }
+  MESSAGE("tensor-core cuda_skinny cases run: " << cases);
+  // Any other value: a warning, and the CUDA-core form.
+  const ScopedEnv bad("GE2_SKINNY_TENSOR_CORES", "yes");
+  GemmCase c;
+  c.dtype = GE2_DTYPE_F16;
+  c.m = 4;
+  c.n = 1064;
+  c.k = 1000;
+  c.trans_b = true;
+  c.force_kernel = "cuda_skinny";
+  const auto r = run_gemm_case(context.get(), memory, c);
+  CHECK(r.plan_json.find("tensor cores") == std::string::npos);
+  CHECK_MESSAGE(r.error <= gpu_tolerance(c.dtype, "cuda_skinny"), "error " << r.error);
 }
 
 TEST_CASE("gpu skinny: chosen untuned for decode-sized nn.Linear layers; batches fold into M") {

@@ -6,7 +6,7 @@
 #include "backends/cuda/cuda_errors.hpp"
 #include "backends/cuda/dtype_dispatch.cuh"
 #include "backends/cuda/kernels.hpp"
-#include "backends/cuda/skinny_gemm.cuh"
+#include "backends/cuda/skinny_mma.cuh"
 #include "core/error.hpp"
 
 namespace ge2::cuda {
@@ -17,10 +17,22 @@ namespace {
 // 1-3% of the best on the rest (bench/skinny_probe.cu, run 11).
 using LibraryConfig = skinny::Config<8, 2, 2>;
 static_assert(LibraryConfig::kColumnsPerBlock == kSkinnyColumnsPerBlock);
+// The tensor-core form: eight warps splitting K over 16 columns (the CUDA-core
+// form's block width, which the selector's rule of blocks per SM counts), four
+// steps in flight per warp. Not yet measured on a device (bench/skinny_probe.cu
+// compares it with other configurations).
+using MmaLibraryConfig = skinny::MmaConfig<8, 2, 4>;
+static_assert(MmaLibraryConfig::kColumnsPerBlock == kSkinnyColumnsPerBlock);
+static_assert(kSkinnyMaxRows <= 16, "an m16n8k16 tile holds 16 rows");
 
 }  // namespace
 
-std::string skinny_configuration() {
+std::string skinny_configuration(SkinnyForm form) {
+  if (form == SkinnyForm::TensorCores)
+    return fmt::format(
+        "tensor cores (mma.sync m16n8k16): {} warps splitting K over {} columns per block, {} "
+        "steps of 32 in flight per warp, up to 16 rows, fp32 accumulation",
+        MmaLibraryConfig::kWarps, MmaLibraryConfig::kColumnsPerBlock, MmaLibraryConfig::kUnroll);
   return fmt::format(
       "{} warps of {} columns per block, {} vectors per column in flight, up to {} rows, fp32 "
       "accumulation",
@@ -28,12 +40,14 @@ std::string skinny_configuration() {
 }
 
 void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, const void* c,
-                        const void* bias, void* d, cudaStream_t stream) {
+                        const void* bias, void* d, SkinnyForm form, cudaStream_t stream) {
   // The selector admitted the problem (skinny_layout_problem); these restate its invariants.
   const MatrixView op_a = pr.op_a(), op_b = pr.op_b();
   require(pr.m >= 1 && pr.m <= kSkinnyMaxRows && op_a.col_stride == 1 && op_b.row_stride == 1 &&
               pr.d.col_stride == 1 && (!pr.has_c || pr.c.col_stride == 1) && pr.batch <= 65535,
           GE2_ERROR_INTERNAL, "cuda_skinny: GEMM {} is outside the kernel's layouts", pr);
+  require(form == SkinnyForm::CudaCores || dtype_size(pr.dtype) == 2, GE2_ERROR_INTERNAL,
+          "cuda_skinny: the tensor-core form takes 16-bit data, not {}", pr);
   skinny::Params p{};
   p.a = a;
   p.b = b;
@@ -59,7 +73,14 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
   p.has_bias = pr.has_bias;
   with_cuda_type(pr.dtype, [&](auto row) {
     using T = typename decltype(row)::type;
-    skinny::launch<T, LibraryConfig, kSkinnyMaxRows>(p, static_cast<int>(pr.batch), stream);
+    const int batch = static_cast<int>(pr.batch);
+    if constexpr (sizeof(T) == 2) {
+      if (form == SkinnyForm::TensorCores) {
+        skinny::launch_mma<T, MmaLibraryConfig>(p, batch, stream);
+        return;
+      }
+    }
+    skinny::launch<T, LibraryConfig, kSkinnyMaxRows>(p, batch, stream);
   });
   GE2_CUDA_CHECK(cudaGetLastError());
 }

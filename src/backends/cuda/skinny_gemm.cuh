@@ -58,6 +58,16 @@ struct Vector {
   }
 };
 
+// D[r, col] of batch z from its accumulated sum: alpha, beta * C, bias, activation.
+template <typename T>
+__device__ __forceinline__ void store_output(const Params& p, long long z, int r, long long col,
+                                             float acc) {
+  float v = p.alpha * acc;
+  if (p.has_c) v += p.beta * to_float(static_cast<const T*>(p.c)[z * p.c_batch + r * p.ldc + col]);
+  if (p.has_bias) v += to_float(static_cast<const T*>(p.bias)[col * p.bias_stride]);
+  static_cast<T*>(p.d)[z * p.d_batch + r * p.ldd + col] = from_float<T>(activate(p.act, v));
+}
+
 template <typename T, int kRows, typename Cfg>
 __global__ void __launch_bounds__(32 * Cfg::kWarps) kernel(Params p) {
   using V = Vector<T>;
@@ -112,22 +122,14 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps) kernel(Params p) {
       for (int offset = 16; offset > 0; offset /= 2)
         acc[c][r] += __shfl_xor_sync(0xffffffffu, acc[c][r], offset);
 
-  // Lane r writes row r (registers indexed by constants: no local memory).
-  const T* cm = static_cast<const T*>(p.c) + z * p.c_batch;
-  T* d = static_cast<T*>(p.d) + z * p.d_batch;
+        // Lane r writes row r (registers indexed by constants: no local memory).
 #pragma unroll
   for (int c = 0; c < kCols; ++c) {
     const long long col = col0 + c;
     if (col >= p.n) break;
-    const float bias =
-        p.has_bias ? to_float(static_cast<const T*>(p.bias)[col * p.bias_stride]) : 0.f;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (lane != r || r >= p.m) continue;
-      float v = p.alpha * acc[c][r];
-      if (p.has_c) v += p.beta * to_float(cm[r * p.ldc + col]);
-      d[r * p.ldd + col] = from_float<T>(activate(p.act, v + bias));
-    }
+    for (int r = 0; r < kRows; ++r)
+      if (lane == r && r < p.m) store_output<T>(p, z, r, col, acc[c][r]);
   }
 }
 

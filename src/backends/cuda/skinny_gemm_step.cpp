@@ -1,14 +1,37 @@
 // The cuda_skinny step (decode-sized GEMMs) and its timer for the tuning mode.
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "backends/cuda/gemm_steps.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/timing_rig.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "select/selector.hpp"
 
 namespace ge2::cuda {
 namespace {
+
+// GE2_SKINNY_TENSOR_CORES=1 opts into the tensor-core form, which has not been
+// measured on a device yet (docs/selector.md, "cuda_skinny"); 0 or unset: off.
+bool tensor_cores_requested() {
+  const char* text = std::getenv("GE2_SKINNY_TENSOR_CORES");
+  if (text == nullptr || *text == '\0' || std::string_view(text) == "0") return false;
+  if (std::string_view(text) == "1") return true;
+  Logger{}(LogLevel::Warning,
+           "GE2_SKINNY_TENSOR_CORES='{}' is not 0 or 1; cuda_skinny runs on CUDA cores", text);
+  return false;
+}
+
+// The form for the problem the kernel runs (the batch folded): tensor cores
+// need 16-bit data and mma.sync (compute capability 8.0); one row stays on
+// CUDA cores, which stream it at 3.4-4.4 TB/s (H200, run 11).
+SkinnyForm skinny_form(const GemmProblem& folded, const DeviceInfo& device) {
+  const bool fits =
+      dtype_size(folded.dtype) == 2 && folded.m >= 2 && device.compute_capability() >= 80;
+  return fits && tensor_cores_requested() ? SkinnyForm::TensorCores : SkinnyForm::CudaCores;
+}
 
 class SkinnyGemmStep final : public Step {
  public:
@@ -17,6 +40,7 @@ class SkinnyGemmStep final : public Step {
       : problem_(skinny_problem(problem)),
         folded_(problem_.batch != problem.batch),
         slots_(slots),
+        form_(skinny_form(problem_, device)),
         fallback_(std::move(unaligned_fallback)) {
     const std::string layout = skinny_layout_problem(problem, device);
     require(layout.empty(), GE2_ERROR_UNSUPPORTED, "cuda_skinny: {}", layout);
@@ -31,18 +55,19 @@ class SkinnyGemmStep final : public Step {
       return;
     }
     launch_skinny_gemm(problem_, a, b, slot_pointer(s, slots_.c), slot_pointer(s, slots_.bias),
-                       slot_pointer(s, slots_.d), static_cast<cudaStream_t>(s.stream));
+                       slot_pointer(s, slots_.d), form_, static_cast<cudaStream_t>(s.stream));
   }
 
   nlohmann::json describe() const override {
-    return fused_kernel_description("cuda_skinny", "cuda_skinny", skinny_configuration(), problem_,
-                                    folded_, fallback_.get());
+    return fused_kernel_description("cuda_skinny", "cuda_skinny", skinny_configuration(form_),
+                                    problem_, folded_, fallback_.get());
   }
 
  private:
   GemmProblem problem_;
   bool folded_;
   GemmSlots slots_;
+  SkinnyForm form_;
   std::unique_ptr<Step> fallback_;
 };
 
@@ -56,15 +81,19 @@ class SkinnyTimer final : public FamilyTimer {
     if (original.gated || !skinny_layout_problem(original, device_).empty()) return std::nullopt;
     // A folded batch reads the same memory as the rig's batched operands.
     const GemmProblem problem = skinny_problem(original);
-    auto run = [&rig, problem](int set) {
+    const SkinnyForm form = skinny_form(problem, device_);
+    auto run = [&rig, problem, form](int set) {
       const LtPointers q = rig.pointers(set, rig.output());
-      launch_skinny_gemm(problem, q.a, q.b, q.c, q.bias, q.d, rig.stream());
+      launch_skinny_gemm(problem, q.a, q.b, q.c, q.bias, q.d, form, rig.stream());
     };
-    return RivalKernel{kernel, false, run, {{"configuration", skinny_configuration()}}};
+    return RivalKernel{kernel, false, run, {{"configuration", skinny_configuration(form)}}};
   }
 
-  bool row_matches(KernelId, const GemmProblem&, const nlohmann::json& stored) const override {
-    return stored.is_object() && stored.value("configuration", "") == skinny_configuration();
+  bool row_matches(KernelId, const GemmProblem& problem,
+                   const nlohmann::json& stored) const override {
+    return stored.is_object() &&
+           stored.value("configuration", "") ==
+               skinny_configuration(skinny_form(skinny_problem(problem), device_));
   }
 
  private:

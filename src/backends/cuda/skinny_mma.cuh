@@ -1,0 +1,144 @@
+// The tensor-core form of the cuda_skinny kernel for 16-bit data (sm_80 and
+// later): D = act(alpha * A * op(B) + beta * C + bias) for up to 16 rows of A
+// against a K-contiguous B (nn.Linear's [N, K] weight).
+//
+// The CUDA-core form (skinny_gemm.cuh) converts and multiplies every B element
+// once per row of A, so its time grows with the rows; here mma.sync m16n8k16
+// takes 16 rows for the price of one, and the GEMM stays a stream of B.
+// A block owns kTiles * 8 columns; its warps split K in 32-element steps taken
+// in turn (warp w: steps w, w + kWarps, ...), so together they read B's rows
+// front to back, and add their partial sums in shared memory at the end.
+//
+// The sum over k does not depend on the order of its terms, so each lane loads
+// one 16-byte vector (8 consecutive k) of a B row and of each A row and feeds
+// the two mma.sync instructions of the step from it: lane (g, t) = (lane / 4,
+// lane % 4) holds B row g and A rows g and g + 8 at k = 32 s + 8 t ... + 7, the
+// fragment slots mma.sync assigns to k = 2t, 2t + 1, 2t + 8, 2t + 9 of each
+// instruction. A and B agree on the mapping, so no shuffle or shared-memory
+// staging is needed and each B element is loaded exactly once.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "backends/cuda/skinny_gemm.cuh"
+
+namespace ge2::cuda::skinny {
+
+// Warps per block (splitting K), 8-column tiles per block, steps in flight per warp.
+template <int kWarpsT, int kTilesT, int kUnrollT>
+struct MmaConfig {
+  static constexpr int kWarps = kWarpsT, kTiles = kTilesT, kUnroll = kUnrollT;
+  static constexpr int kColumnsPerBlock = 8 * kTiles;
+};
+
+// c += a * b for one m16n8k16 tile, fp32 accumulation.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], unsigned a0, unsigned a1, unsigned a2,
+                                          unsigned a3, unsigned b0, unsigned b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // the selector offers cuda_skinny from compute capability 8.0 only
+#else
+  if constexpr (std::is_same_v<T, __half>)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+// kRows: 8 (rows g only; the upper half of each tile multiplies zeros) or 16.
+template <typename T, int kRows, typename Cfg>
+__global__ void __launch_bounds__(32 * Cfg::kWarps) mma_kernel(Params p) {
+  static_assert(sizeof(T) == 2, "mma.sync m16n8k16 takes 16-bit inputs");
+  static_assert(kRows == 8 || kRows == 16);
+  constexpr int kWarps = Cfg::kWarps, kTiles = Cfg::kTiles, kUnroll = Cfg::kUnroll;
+  constexpr int kCols = Cfg::kColumnsPerBlock;
+  // One more column per row: the fragment stores below hit distinct banks.
+  __shared__ float partial[kWarps][kRows][kCols + 1];
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const long long col0 = static_cast<long long>(blockIdx.x) * kCols;
+  const long long z = blockIdx.y;
+  const T* b[kTiles];
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {  // a column past N re-reads the last one; it is not written
+    const long long col = col0 + 8 * i + g < p.n ? col0 + 8 * i + g : p.n - 1;
+    b[i] = static_cast<const T*>(p.b) + z * p.b_batch + col * p.ldb + 8 * t;
+  }
+  const bool has_row0 = g < p.m, has_row1 = g + 8 < p.m;
+  const T* a_base = static_cast<const T*>(p.a) + z * p.a_batch + 8 * t;
+  const T* a0 = a_base + (has_row0 ? g : 0) * p.lda;
+  const T* a1 = a_base + (has_row1 ? g + 8 : 0) * p.lda;
+
+  float acc[kTiles][4] = {};
+  const int steps = (p.k + 31) / 32;
+  for (int s0 = warp; s0 < steps; s0 += kWarps * kUnroll) {
+    // Every load of the round first: they are in flight together.
+    uint4 bv[kUnroll][kTiles], av[kUnroll][2];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k = 32 * (s0 + u * kWarps);
+      const bool in_k = k + 8 * t < p.k;  // K is a multiple of 8: a vector is all in or all out
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i)  // read once: streamed past L1
+        bv[u][i] = in_k ? __ldcs(reinterpret_cast<const uint4*>(b[i] + k)) : uint4{};
+      av[u][0] = in_k && has_row0 ? __ldg(reinterpret_cast<const uint4*>(a0 + k)) : uint4{};
+      av[u][1] =
+          kRows > 8 && in_k && has_row1 ? __ldg(reinterpret_cast<const uint4*>(a1 + k)) : uint4{};
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) {
+        mma_16816<T>(acc[i], av[u][0].x, av[u][1].x, av[u][0].y, av[u][1].y, bv[u][i].x,
+                     bv[u][i].y);
+        mma_16816<T>(acc[i], av[u][0].z, av[u][1].z, av[u][0].w, av[u][1].w, bv[u][i].z,
+                     bv[u][i].w);
+      }
+  }
+
+  // Accumulator fragment: (row g, columns 2t and 2t + 1) and the same for row g + 8.
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    partial[warp][g][8 * i + 2 * t] = acc[i][0];
+    partial[warp][g][8 * i + 2 * t + 1] = acc[i][1];
+    if constexpr (kRows > 8) {
+      partial[warp][g + 8][8 * i + 2 * t] = acc[i][2];
+      partial[warp][g + 8][8 * i + 2 * t + 1] = acc[i][3];
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kRows * kCols; e += 32 * kWarps) {
+    const int r = e / kCols, c = e % kCols;
+    const long long col = col0 + c;
+    if (r >= p.m || col >= p.n) continue;
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += partial[w][r][c];
+    store_output<T>(p, z, r, col, sum);
+  }
+}
+
+// Launches the instance for p.m rows (at most 16) on `stream`.
+template <typename T, typename Cfg>
+void launch_mma(const Params& p, int batch, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.n + Cfg::kColumnsPerBlock - 1) / Cfg::kColumnsPerBlock),
+                  static_cast<unsigned>(batch));
+  constexpr int threads = 32 * Cfg::kWarps;
+  if (p.m <= 8)
+    mma_kernel<T, 8, Cfg><<<grid, threads, 0, stream>>>(p);
+  else
+    mma_kernel<T, 16, Cfg><<<grid, threads, 0, stream>>>(p);
+}
+
+}  // namespace ge2::cuda::skinny
