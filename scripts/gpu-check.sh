@@ -236,6 +236,10 @@ for mode in $modes; do
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python PYTHONUNBUFFERED=1 \
       timeout "${FFN_TIMEOUT:-400}" python3 "$ROOT/bench/ffn_blocks.py" --out "$OUT" ${FFN_ARGS:-} 2>&1 | tee "$OUT/ffn_blocks.log" | tail -40
     note "ffn blocks: $(grep -c tokens "$OUT/ffn_blocks.log") rows"
+    # The kernels behind one layer, PyTorch's and ge2's (where a layer is slower, which part is).
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python timeout 120 \
+      python3 "$ROOT/bench/layer_kernels.py" --out "$OUT" > "$OUT/layer_kernels.log" 2>&1
+    note "layer kernels: exit $? (layer_kernels.log)"
     python3 "$ROOT/bench/plot_ffn.py" "$OUT/ffn_blocks.json" "$OUT/ffn_ratios.png" > /dev/null 2>&1 ||
       note "ffn ratios plot: not drawn"
     ;;&
