@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import json
 import logging
+import struct
 import warnings
 
 from . import _capi, _checks
@@ -347,10 +348,14 @@ class Plan:
         self.max_extent = bound.value
         self.io = self._io()
         self._names = {name: name.encode() for name in self.io}
+        # The address of each name's bytes (held by _names), for the packed bindings.
+        self._name_addresses = {name: ctypes.cast(ctypes.c_char_p(encoded), ctypes.c_void_p).value
+                                for name, encoded in self._names.items()}
         self._io_names = set(self.io)
         # (names in order, the arrays' fast_binding signatures) of a call that passed execute's
-        # checks -> its dynamic extent (0 for fixed shapes; a dynamic plan's checks depend on the
-        # extent the first dynamic array sets). Cleared when full.
+        # checks -> (its dynamic extent: 0 for fixed shapes, a dynamic plan's checks depend on the
+        # extent the first dynamic array sets; the struct format and name addresses of its packed
+        # bindings; the torch CUDA device whose current stream it runs on, or None). Cleared when full.
         self._checked_calls = {}
 
     def _io(self) -> dict:
@@ -382,25 +387,27 @@ class Plan:
         key = None
         if type(arrays) is dict and arrays.keys() == self._io_names:
             # The repeated call: arrays of signatures checked together before, only pointers read.
-            bindings = (_capi.Binding * len(arrays))()
             key, pointers, device = [*arrays], [], None
-            for i, (name, array) in enumerate(arrays.items()):
+            for array in arrays.values():
                 fast = fast_binding(array)
                 if fast is None:
                     key = None
                     break
                 key.append(fast[0])
                 pointers.append(fast[1])
-                bindings[i].name = self._names[name]
-                bindings[i].data = fast[1]
                 device = device or fast[2]
             key = key and tuple(key)
-            extent = self._checked_calls.get(key) if key else None
-            if extent is not None:
+            checked = self._checked_calls.get(key) if key else None
+            if checked is not None:
+                extent, packing, names = checked
                 stream = _stream(stream, f)
                 if stream is None and self._on_cuda and device is not None:
                     stream = torch_stream(device)
-                self._run(extent, bindings, stream)
+                packed = struct.pack(packing, *[value for pair in zip(names, pointers) for value in pair])
+                if self.max_extent:
+                    _check(_lib.ge2_plan_execute_dynamic_packed(self._handle, extent, packed, len(pointers), stream))
+                else:
+                    _check(_lib.ge2_plan_execute_packed(self._handle, packed, len(pointers), stream))
                 return
         if not isinstance(arrays, dict):
             raise TypeError(f"{f}: argument 'arrays' is a {type(arrays).__name__}, not a dict of name -> array")
@@ -445,7 +452,8 @@ class Plan:
         if key and all(pointer == bindings[i].data for i, pointer in enumerate(pointers)):
             if len(self._checked_calls) >= 256:
                 self._checked_calls.clear()
-            self._checked_calls[key] = extent
+            self._checked_calls[key] = (extent, _capi.PACKED_BINDING * len(pointers),
+                                        tuple(self._name_addresses[name] for name in arrays))
 
     def _run(self, extent: int, bindings, stream) -> None:
         if self.max_extent:

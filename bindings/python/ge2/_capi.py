@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 from pathlib import Path
 
 API_VERSION = 2  # the GE2_API_VERSION this binding was written for
@@ -58,6 +59,11 @@ class IoInfo(ctypes.Structure):
 
 class Binding(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("data", ctypes.c_void_p)]
+
+
+# One Binding as struct packs it: the name's address, then the data's.
+PACKED_BINDING = "PP"
+assert ctypes.sizeof(Binding) == struct.calcsize(PACKED_BINDING) and Binding.data.offset == struct.calcsize("P")
 
 
 class GemmParams(ctypes.Structure):
@@ -190,3 +196,12 @@ def _declare(lib: ctypes.CDLL) -> None:
         function = getattr(lib, name)
         function.restype = restype
         function.argtypes = argtypes
+    # Plan.execute's repeated call passes its bindings as one buffer packed with struct (PACKED_BINDING
+    # per binding, ge2_binding_t's layout): filling ctypes structures cost more than the call itself.
+    packed = {"ge2_plan_execute": [P, ctypes.c_char_p, ctypes.c_size_t, P],
+              "ge2_plan_execute_dynamic": [P, ctypes.c_int64, ctypes.c_char_p, ctypes.c_size_t, P]}
+    for name, argtypes in packed.items():
+        function = lib[name]  # a new function object: the attribute keeps its Binding prototype
+        function.restype = S
+        function.argtypes = argtypes
+        setattr(lib, name + "_packed", function)

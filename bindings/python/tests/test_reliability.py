@@ -13,8 +13,8 @@ from reference import reference, rel_error
 def c_calls(monkeypatch):
     """Counts calls of the C functions that read arrays, so a test can show that
     Python refused an argument before C saw it."""
-    calls = {"ge2_gemm_bias_act": 0, "ge2_plan_execute": 0, "ge2_graph_add_input": 0,
-             "ge2_context_create": 0}
+    calls = {"ge2_gemm_bias_act": 0, "ge2_plan_execute": 0, "ge2_plan_execute_packed": 0,
+             "ge2_plan_execute_dynamic_packed": 0, "ge2_graph_add_input": 0, "ge2_context_create": 0}
     for name in calls:
         real = getattr(ge2._lib, name)
 
@@ -307,6 +307,15 @@ def test_plan_execute_reuses_checks_only_for_arrays_of_the_checked_signature(cpu
         xs = rng.standard_normal((4, 3)).astype(np.float32)
         plan.execute({"x": xs, "w": ws, "y": ys})
         assert rel_error(ys, xs.astype(np.float64) @ ws) < 1e-6
+    # The repeated calls passed their bindings packed by struct; the order of the dict's names is
+    # part of the signature (a new order is checked, then packed in that order).
+    assert (c_calls["ge2_plan_execute"], c_calls["ge2_plan_execute_packed"]) == (1, 2)
+    for _ in range(2):
+        xs, ws2 = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((3, 2)).astype(np.float32)
+        ys = np.full((4, 2), np.nan, np.float32)
+        plan.execute({"y": ys, "w": ws2, "x": xs})
+        assert rel_error(ys, xs.astype(np.float64) @ ws2) < 1e-6
+    assert (c_calls["ge2_plan_execute"], c_calls["ge2_plan_execute_packed"]) == (2, 3)
     V = ValueError
     _refuses_bad_xwy_bindings(c_calls, plan, xs, ws, ys)
     try:
