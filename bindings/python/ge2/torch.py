@@ -22,6 +22,7 @@ autograd formula, and calling one on tensors that require grad under autograd ra
 """
 import ctypes
 import math
+import struct
 import threading
 import weakref
 from collections import OrderedDict
@@ -168,13 +169,19 @@ def _dense(*tensors) -> bool:
 
 def _gemm_bias_act_impl(a: Tensor, b: Tensor, bias: Optional[Tensor], act: str, trans_a: bool, trans_b: bool,
                         alpha: float) -> Tensor:
+    return _gemm_bias_act_run(a, b, bias, act, trans_a, trans_b, alpha)[0]
+
+
+def _gemm_bias_act_run(a: Tensor, b: Tensor, bias: Optional[Tensor], act: str, trans_a: bool, trans_b: bool,
+                       alpha: float) -> tuple:
+    """(the result, and the (context, GemmParams) it ran with where the operands were dense, else None)."""
     f = "ge2.torch.gemm_bias_act"
     a, b, bias = _plain(a, "a", f), _plain(b, "b", f), _plain(bias, "bias", f)
     out = a.new_empty(_gemm_shape(a, b, trans_a, trans_b))
     if out.numel() == 0:
-        return out
+        return out, None
     if a.shape[-2 if trans_a else -1] == 0:  # K = 0: the empty sum, then the epilogue
-        return _apply_act(out.zero_() if bias is None else out.zero_() + bias, act)
+        return _apply_act(out.zero_() if bias is None else out.zero_() + bias, act), None
     # One lookup: another thread may clear the cache between two.
     found = _FAST_GEMMS.get(_gemm_signature(a, b, bias, act, trans_a, trans_b, alpha))
     if found is not None and _dense(a, b, bias) and b.dtype == a.dtype and b.device == a.device and (
@@ -184,12 +191,61 @@ def _gemm_bias_act_impl(a: Tensor, b: Tensor, bias: Optional[Tensor], act: str, 
         stream = ge2._arrays._torch_current_stream(torch, a.device) if a.is_cuda else None
         ge2._check(ge2._lib.ge2_gemm_bias_act(context.handle, ctypes.byref(params), a.data_ptr(), b.data_ptr(),
                                               None if bias is None else bias.data_ptr(), out.data_ptr(), stream))
-        return out
+        return out, found
     ge2.gemm_bias_act(a, b, bias, act or None, trans_a=trans_a, trans_b=trans_b, alpha=alpha, out=out,
                       context=context_for(a.device))
     if _dense(a, b, bias):
-        _fast_gemm_params(a, b, bias, act, trans_a, trans_b, alpha)
+        return out, _fast_gemm_params(a, b, bias, act, trans_a, trans_b, alpha)
+    return out, None
+
+
+# Eager calls of gemm_bias_act and linear whose arguments were all checked before: the call's
+# kind and scalar arguments, the grad mode and the fast_binding signatures of its tensors (class,
+# dtype, device, shape, strides, requires_grad) -> (context, GemmParams, the result's shape; its
+# dtype and device are the first tensor's). Such a call reads only the tensors' pointers, as Plan.execute's repeated call does:
+# the checks behind gemm_bias_act cost several times its C call on small work.
+_CHECKED_CALLS: dict = {}
+_CHECKED_CALLS_MAX = 1024
+_SCALARS = (str, type(None), bool, int, float)
+
+
+def _checked_call_key(kind: str, tensors: tuple, scalars: tuple):
+    """(key, pointers, the first tensor's CUDA device or None) of a call whose tensors fast_binding
+    reads, else (None, None, None)."""
+    for value in scalars:
+        if type(value) not in _SCALARS:
+            return None, None, None  # an unhashable or odd argument: the checks say what is wrong
+    key, pointers = [kind, torch.is_grad_enabled(), *scalars], []
+    device = None
+    for t in tensors:
+        if t is None:
+            key.append(None)
+            pointers.append(None)
+            continue
+        fast = ge2._arrays.fast_binding(t)
+        if fast is None:
+            return None, None, None
+        key.append(fast[0])
+        pointers.append(fast[1])
+        device = device or fast[2]
+    return tuple(key), pointers, device
+
+
+def _run_checked_call(found: tuple, first: Tensor, pointers: list, device) -> Tensor:
+    """The checked call again, with these pointers: the result is new, of `first`'s dtype and device."""
+    context, params, shape = found
+    out = first.new_empty(shape)
+    stream = ge2._arrays._torch_current_stream(torch, device) if device is not None else None
+    ge2._check(ge2._lib.ge2_gemm_bias_act(context.handle, ctypes.byref(params), *pointers, out.data_ptr(), stream))
     return out
+
+
+def _remember_checked_call(key, gemm, out: Tensor) -> None:
+    if key is None or gemm is None:
+        return
+    if len(_CHECKED_CALLS) >= _CHECKED_CALLS_MAX:
+        _CHECKED_CALLS.clear()
+    _CHECKED_CALLS[key] = (*gemm, out.shape)
 
 
 @torch.library.custom_op("ge2::gemm_bias_act", mutates_args=())
@@ -210,7 +266,7 @@ def _apply_act(t: Tensor, act: str) -> Tensor:
 def _act_name(act, function: str) -> str:
     if act is None:
         return ""
-    if act not in TORCH_ACTIVATIONS:
+    if not isinstance(act, str) or act not in TORCH_ACTIVATIONS:
         raise invalid(function, f"argument 'act' is {act!r}; it must be None, 'relu', 'gelu', 'gelu_tanh', "
                                 f"'silu' or 'quick_gelu'")
     return act
@@ -221,24 +277,48 @@ def gemm_bias_act(a: Tensor, b: Tensor, bias: Tensor | None = None, act: str | N
     """act(alpha * op(a) @ op(b) + bias) through `torch.ops.ge2.gemm_bias_act` (see
     `ge2.gemm_bias_act` for the operand rules); returns a new tensor."""
     f = "ge2.torch.gemm_bias_act"
+    if _compiling():  # traced: through the operator
+        _refuse_grad(f, a, b, bias)
+        return torch.ops.ge2.gemm_bias_act(a, b, bias, _act_name(act, f), bool(trans_a), bool(trans_b),
+                                           float(alpha))
+    # Eager calls skip the operator's Python dispatch (tens of µs), and a call like one checked
+    # before skips the checks.
+    key, pointers, device = _checked_call_key("gemm_bias_act", (a, b, bias), (act, trans_a, trans_b, alpha))
+    found = _CHECKED_CALLS.get(key) if key is not None else None
+    if found is not None:
+        return _run_checked_call(found, a, pointers, device)
     _refuse_grad(f, a, b, bias)
-    args = (a, b, bias, _act_name(act, f), bool(trans_a), bool(trans_b), float(alpha))
-    # Eager calls skip the operator's Python dispatch (tens of µs); traced ones need the operator.
-    return torch.ops.ge2.gemm_bias_act(*args) if _compiling() else _gemm_bias_act_impl(*args)
+    out, gemm = _gemm_bias_act_run(a, b, bias, _act_name(act, f), bool(trans_a), bool(trans_b), float(alpha))
+    _remember_checked_call(key, gemm, out)
+    return out
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | None = None) -> Tensor:
     """act(F.linear(x, weight, bias)) in one ge2 call: x is [..., in], weight nn.Linear's [out, in],
     bias [out]; the leading dimensions of x are flattened into the GEMM's rows."""
     f = "ge2.torch.linear"
+    compiling = _compiling()
+    key = None
+    if not compiling:  # a call like one checked before: x's rows are the GEMM's A, in place
+        key, pointers, device = _checked_call_key("linear", (x, weight, bias), (act,))
+        found = _CHECKED_CALLS.get(key) if key is not None else None
+        if found is not None:
+            return _run_checked_call(found, x, pointers, device)
     if x.dim() < 1 or weight.dim() != 2:
         raise invalid(f, f"arguments 'x' {tuple(x.shape)} and 'weight' {tuple(weight.shape)}: x needs a last "
                          f"dimension and weight must be [out, in]")
-    if not _compiling():  # traced, the operator reads x at run time (and is_neg() would break the graph)
+    if not compiling:  # traced, the operator reads x at run time (and is_neg() would break the graph)
         x = _plain(x, "x", f)
     rows = x.reshape(math.prod(x.shape[:-1]), x.shape[-1])
-    y = gemm_bias_act(rows, weight, bias, act, trans_b=True)
-    return y.reshape(*x.shape[:-1], weight.shape[0])
+    if compiling:
+        y = gemm_bias_act(rows, weight, bias, act, trans_b=True)
+        return y.reshape(*x.shape[:-1], weight.shape[0])
+    _refuse_grad(f, rows, weight, bias)
+    y, gemm = _gemm_bias_act_run(rows, weight, bias, _act_name(act, f), False, True, 1.0)
+    out = y.reshape(*x.shape[:-1], weight.shape[0])
+    if rows.data_ptr() == x.data_ptr() and x.is_contiguous():  # rows is x's memory: A's pointer is x's
+        _remember_checked_call(key, gemm, out)
+    return out
 
 
 # --- compiled plans ---------------------------------------------------------------------------
@@ -322,7 +402,10 @@ class Ge2Module(torch.nn.Module):
         self.input_features = recipe.input_features
         self._input_names = [name for _, name in recipe.inputs]
         self._names = [name.encode() for name in self._input_names] + [b"y"]
-        self._binding_type = ge2._capi.Binding * len(self._names)
+        # The bindings go to C packed by struct (ge2._capi.PACKED_BINDING): the names' addresses
+        # (their bytes are held by _names) and the tensors' pointers, in turn.
+        self._name_addresses = [ctypes.cast(ctypes.c_char_p(name), ctypes.c_void_p).value for name in self._names]
+        self._packing = ge2._capi.PACKED_BINDING * len(self._names)
         self.out_features = recipe.width[recipe.output]
         self.dtype = recipe.dtype
         self._options = dict(fuse=fuse, allow_tf32=allow_tf32, graph_replay=graph_replay, allow_fp8=allow_fp8,
@@ -415,18 +498,21 @@ class Ge2Module(torch.nn.Module):
         if len(inputs) == 1:
             rows = x if x.is_contiguous() else x.contiguous()
             plan = self.plan_for(rows)
-            bindings = self._binding_type((self._names[0], rows.data_ptr()), (b"y", y.data_ptr()))
+            names = self._name_addresses
+            bindings = struct.pack(self._packing, names[0], rows.data_ptr(), names[1], y.data_ptr())
         else:
             rows = [t if t.is_contiguous() else t.contiguous() for t in inputs]
             plan = self.plan_for(rows[0])
-            bindings = self._binding_type(*zip(self._names, [t.data_ptr() for t in rows] + [y.data_ptr()]))
+            pointers = [t.data_ptr() for t in rows] + [y.data_ptr()]
+            bindings = struct.pack(self._packing, *[v for pair in zip(self._name_addresses, pointers) for v in pair])
         # The plan runs this row count, dtype and device, and the arrays are dense: only the
         # pointers are new, so the binding's per-array checks are skipped.
         stream = ge2._arrays._torch_current_stream(torch, x.device) if x.is_cuda else None
         if plan.max_extent:
-            ge2._check(ge2._lib.ge2_plan_execute_dynamic(plan._handle, tokens, bindings, len(self._names), stream))
+            ge2._check(ge2._lib.ge2_plan_execute_dynamic_packed(plan._handle, tokens, bindings, len(self._names),
+                                                                stream))
         else:
-            ge2._check(ge2._lib.ge2_plan_execute(plan._handle, bindings, len(self._names), stream))
+            ge2._check(ge2._lib.ge2_plan_execute_packed(plan._handle, bindings, len(self._names), stream))
         return y
 
     def forward(self, *inputs: Tensor) -> Tensor:

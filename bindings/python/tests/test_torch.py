@@ -578,6 +578,51 @@ def test_one_shot_signature_cache_sees_new_data_and_layouts(device):
 
 
 @pytest.mark.parametrize("device", devices())
+def test_repeated_eager_calls_skip_the_checks_but_not_a_changed_argument(device, monkeypatch):
+    # An eager call whose tensors' signatures (dtype, device, shape, strides, requires_grad), scalar
+    # arguments and grad mode match a call checked before runs the stored GEMM on the new pointers;
+    # anything else is checked again.
+    checked = []
+    real = gt._gemm_bias_act_run
+    monkeypatch.setattr(gt, "_gemm_bias_act_run", lambda *args: checked.append(1) or real(*args))
+    w, b = torch.randn(24, 40, device=device), torch.randn(24, device=device)
+    for _ in range(3):  # rank 3: the rows of x are A in place
+        x = torch.randn(2, 7, 40, device=device)
+        want = F.gelu(F.linear(x.double(), w.double(), b.double()))
+        got = gt.linear(x, w, b, act="gelu")
+        assert got.shape == (2, 7, 24) and rel_error(got, want) <= 1e-5
+    assert len(checked) == 1
+    x = torch.randn(2, 7, 40, device=device)
+    for act in ("relu", None):  # another activation: checked once, then remembered
+        for _ in range(2):
+            want = F.linear(x.double(), w.double(), b.double())
+            assert rel_error(gt.linear(x, w, b, act=act), F.relu(want) if act else want) <= 1e-5
+    assert len(checked) == 3
+    xt = torch.randn(2, 40, 7, device=device).transpose(1, 2)  # x's shape, other strides: a copy
+    for _ in range(2):
+        assert rel_error(gt.linear(xt, w, b), F.linear(xt.double(), w.double(), b.double())) <= 1e-5
+    assert len(checked) == 5
+    neg = torch._neg_view(x)  # a negated view: its memory holds -x, so it is never taken as is
+    for _ in range(2):
+        assert rel_error(gt.linear(neg, w, b), F.linear(-x.double(), w.double(), b.double())) <= 1e-5
+    assert len(checked) == 7
+    a2 = torch.randn(7, 40, device=device)
+    for alpha in (0.5, 0.5, 2.0):
+        want = alpha * (a2.double() @ w.double().T) + b.double()
+        assert rel_error(gt.gemm_bias_act(a2, w, b, trans_b=True, alpha=alpha), want) <= 1e-5
+    assert len(checked) == 9
+    # The same tensors once a weight requires grad, with grad enabled: refused, not run unchecked.
+    wg = w.clone().requires_grad_()
+    with torch.no_grad():
+        for _ in range(2):
+            gt.linear(x, wg, b)
+    with pytest.raises(RuntimeError, match="no autograd formula"):
+        gt.linear(x, wg, b)
+    with pytest.raises(ge2.InvalidArgumentError, match="act"):
+        gt.linear(x, w, b, act=["gelu"])  # unhashable: not a key, the checks name it
+
+
+@pytest.mark.parametrize("device", devices())
 def test_operators_pass_opcheck(device):
     x, w, b = torch.randn(6, 16, device=device), torch.randn(10, 16, device=device), torch.randn(10, device=device)
     torch.library.opcheck(torch.ops.ge2.gemm_bias_act.default, (x, w, b, "relu", False, True, 1.0))
