@@ -269,6 +269,8 @@ def empty_like_library(library: str, shape: tuple, dtype: int, like):
     if library == "torch":
         import torch
         dt = next(t for t, code in torch_dtype_codes().items() if code == dtype)
+        if type(like) is torch.Tensor and like.dtype is dt:
+            return like.new_empty(shape)  # half the cost of torch.empty with a dtype and device
         return torch.empty(shape, dtype=dt, device=like.device)
     if library == "cupy":
         import cupy

@@ -362,3 +362,19 @@ def test_one_shot_reuses_checks_only_for_calls_of_the_checked_signature(cpu, c_c
         a, b, out=np.zeros((5, 4), np.float32), context=cpu))
     _refused(c_calls, V, r"K = 5 does not match", lambda: ge2.gemm_bias_act(
         a, b[:5], out=out, context=cpu))
+    try:
+        import torch
+    except ImportError:
+        return
+    # PyTorch operands without out=: the repeated call makes its result like a (a new tensor of a's
+    # dtype and device each time, a plain tensor for a Parameter) without checking again.
+    bt = torch.from_numpy(b)
+    for make in (torch.from_numpy, lambda v: torch.nn.Parameter(torch.from_numpy(v), requires_grad=False)):
+        results = []
+        for _ in range(3):
+            a = rng.standard_normal((4, 6)).astype(np.float32)
+            d = ge2.gemm_bias_act(make(a), bt, act="relu", context=cpu)
+            assert type(d) is torch.Tensor and d.dtype == torch.float32 and d.shape == (4, 5)
+            assert rel_error(d.numpy(), np.maximum(a.astype(np.float64) @ b, 0)) < 1e-5
+            assert all(d.data_ptr() != r.data_ptr() for r in results)
+            results.append(d)
