@@ -67,7 +67,10 @@ def _desc(dtype: int, shape, strides, function: str) -> _capi.TensorDesc:
     if not 1 <= len(shape) <= 3:
         raise invalid(function, f"argument 'shape' = {shape} must have 1 to 3 dimensions")
     if strides is not None:
-        strides = tuple(strides)
+        try:
+            strides = tuple(strides)
+        except TypeError:
+            raise TypeError(f"{function}: argument 'strides' = {strides!r} is not a sequence of ints") from None
         if len(strides) != len(shape):
             raise invalid(function, f"argument 'strides' = {strides} must have {len(shape)} entries like "
                                     f"'shape'")

@@ -103,6 +103,23 @@ def _refuse_grad(function: str, *tensors) -> None:
                            f"not require grad")
 
 
+def _require_tensors(function: str, **arguments) -> None:
+    """A TypeError naming the first argument that is not a tensor (as F.linear's); only `bias`
+    may be None."""
+    for argument, value in arguments.items():
+        if not isinstance(value, Tensor) and not (value is None and argument == "bias"):
+            raise TypeError(f"{function}: argument '{argument}' must be a torch.Tensor, not "
+                            f"{type(value).__module__}.{type(value).__name__}")
+
+
+def _require_inputs(function: str, inputs: tuple) -> None:
+    """A TypeError naming the first of a module's inputs that is not a tensor."""
+    for i, value in enumerate(inputs):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"{function}: input {i} must be a torch.Tensor, not "
+                            f"{type(value).__module__}.{type(value).__name__}")
+
+
 def _plain(t: Optional[Tensor], argument: str, function: str) -> Optional[Tensor]:
     """`t` with its values in memory: a negated view (is_neg(): the imaginary part of a conj(),
     whose memory holds the negatives) materialized, as PyTorch's own operators read it; a sparse
@@ -278,6 +295,7 @@ def gemm_bias_act(a: Tensor, b: Tensor, bias: Tensor | None = None, act: str | N
     `ge2.gemm_bias_act` for the operand rules); returns a new tensor."""
     f = "ge2.torch.gemm_bias_act"
     if _compiling():  # traced: through the operator
+        _require_tensors(f, a=a, b=b, bias=bias)
         _refuse_grad(f, a, b, bias)
         return torch.ops.ge2.gemm_bias_act(a, b, bias, _act_name(act, f), bool(trans_a), bool(trans_b),
                                            float(alpha))
@@ -287,6 +305,7 @@ def gemm_bias_act(a: Tensor, b: Tensor, bias: Tensor | None = None, act: str | N
     found = _CHECKED_CALLS.get(key) if key is not None else None
     if found is not None:
         return _run_checked_call(found, a, pointers, device)
+    _require_tensors(f, a=a, b=b, bias=bias)
     _refuse_grad(f, a, b, bias)
     out, gemm = _gemm_bias_act_run(a, b, bias, _act_name(act, f), bool(trans_a), bool(trans_b), float(alpha))
     _remember_checked_call(key, gemm, out)
@@ -304,6 +323,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | Non
         found = _CHECKED_CALLS.get(key) if key is not None else None
         if found is not None:
             return _run_checked_call(found, x, pointers, device)
+    _require_tensors(f, x=x, weight=weight, bias=bias)
     if x.dim() < 1 or weight.dim() != 2:
         raise invalid(f, f"arguments 'x' {tuple(x.shape)} and 'weight' {tuple(weight.shape)}: x needs a last "
                          f"dimension and weight must be [out, in]")
@@ -364,6 +384,7 @@ class PlanFunction(torch.nn.Module):
         return outputs
 
     def forward(self, *inputs: Tensor):
+        _require_inputs("ge2.torch.PlanFunction", inputs)
         _refuse_grad("ge2.torch.PlanFunction", *inputs)
         outputs = torch.ops.ge2.plan_execute(self.id, list(inputs)) if _compiling() else self._run(list(inputs))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
@@ -516,6 +537,7 @@ class Ge2Module(torch.nn.Module):
         return y
 
     def forward(self, *inputs: Tensor) -> Tensor:
+        _require_inputs("ge2.torch.Ge2Module", inputs)
         _refuse_grad("ge2.torch.Ge2Module", *inputs)
         return torch.ops.ge2.module_forward(self._id, list(inputs)) if _compiling() else self._run(list(inputs))
 

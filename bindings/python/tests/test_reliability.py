@@ -196,6 +196,8 @@ def test_graph_and_context_arguments(cpu, c_calls):
     _refused(c_calls, V, r"argument 'shape' = \(\) must have 1 to 3", lambda: g.input("x", (), "f32"))
     _refused(c_calls, V, r"argument 'strides' = \(1,\) must have 2 entries",
              lambda: g.input("x", (2, 2), "f32", strides=(1,)))
+    _refused(c_calls, T, r"argument 'strides' = 7 is not a sequence of ints",
+             lambda: g.input("x", (2, 2), "f32", strides=7))
     _refused(c_calls, V, r"argument 'dtype' = 'fp16' is not one of 'f16', 'float16'",
              lambda: g.input("x", (2, 2), "fp16"))
     _refused(c_calls, V, r"argument 'device' = 'gpu' is not one of 'auto', 'cuda', 'cpu'",

@@ -650,6 +650,25 @@ def test_plan_function(device):
         fn(xs)
 
 
+def test_arguments_that_are_not_tensors_are_refused_by_name():
+    x, w = torch.randn(4, 8), torch.randn(6, 8)
+    with torch.no_grad():
+        for call, message in [(lambda: gt.linear([1.0] * 8, w), r"ge2.torch.linear: argument 'x' must be a "
+                                                                r"torch.Tensor, not builtins.list"),
+                              (lambda: gt.linear(x, None), r"argument 'weight' must be a torch.Tensor, not "
+                                                           r"builtins.NoneType"),
+                              (lambda: gt.linear(x, w, x.numpy()[0, :6]), r"argument 'bias' must be a "
+                                                                                 r"torch.Tensor, not numpy.ndarray"),
+                              (lambda: gt.gemm_bias_act(x, "w", trans_b=True), r"ge2.torch.gemm_bias_act: "
+                                                                               r"argument 'b' must be"),
+                              (lambda: gt.convert(torch.nn.Sequential(torch.nn.Linear(8, 6)))(x.numpy()),
+                               r"ge2.torch.Ge2Module: input 0 must be a torch.Tensor, not numpy.ndarray")]:
+            with pytest.raises(TypeError, match=message):
+                call()
+    with pytest.raises(TypeError, match=r"input 0 must be a torch.Tensor, not builtins.NoneType"):
+        gt.convert(torch.nn.Sequential(torch.nn.Linear(8, 6)))(None)  # checked before the grad rule
+
+
 def test_bad_modules_and_inputs_are_refused():
     class Norm(torch.nn.Module):
         def __init__(self):
