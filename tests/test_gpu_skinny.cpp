@@ -17,6 +17,34 @@
 
 using namespace ge2::test;
 
+namespace {
+
+// A forced cuda_skinny case: variant 0 without bias, 1 with bias and a last block of
+// 5 of its 16 columns, 2 with C (alpha, beta), 3 with padded rows (D's padding stays
+// poisoned: D needs no alignment). K: one vector, a partial 32-element step, or more
+// steps than one round of the tensor-core form's warps takes (8 warps x 4 steps of 32).
+GemmCase skinny_case(ge2_dtype_t dtype, std::int64_t m, ge2_activation_t act, int variant,
+                     int k_choice) {
+  GemmCase c;
+  c.dtype = dtype;
+  c.m = m;
+  c.n = variant % 2 ? 1061 : 1064;
+  c.k = k_choice % 3 == 0 ? 8 : (k_choice % 3 == 1 ? 1000 : 4104);
+  c.trans_b = true;
+  c.act = act;
+  c.has_bias = variant != 0;
+  c.with_c = variant == 2;
+  c.alpha = variant == 2 ? 0.75f : 1.0f;
+  c.beta = variant == 2 ? -1.5f : 0.0f;
+  c.pad_ldd = variant == 3 ? 3 : 0;
+  c.pad_lda = variant == 3 ? 16 : 0;
+  c.pad_ldb = variant == 3 ? 8 : 0;
+  c.force_kernel = "cuda_skinny";
+  return c;
+}
+
+}  // namespace
+
 TEST_CASE("gpu skinny: each dtype x rows x activation x bias x C matches fp64") {
   auto context = make_context(GE2_DEVICE_CUDA);
   DeviceMemory memory;
@@ -26,21 +54,7 @@ TEST_CASE("gpu skinny: each dtype x rows x activation x bias x C matches fp64") 
       for (ge2_activation_t act : {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH,
                                    GE2_ACT_SILU, GE2_ACT_QUICK_GELU})
         for (int variant = 0; variant < 4; ++variant) {
-          GemmCase c;
-          c.dtype = dtype;
-          c.m = m;
-          c.n = variant % 2 ? 1061 : 1064;  // 1061: a last block with 5 of its 16 columns
-          c.k = (cases % 3 == 0) ? 8 : (cases % 3 == 1 ? 1000 : 4104);
-          c.trans_b = true;
-          c.act = act;
-          c.has_bias = variant != 0;
-          c.with_c = variant == 2;
-          c.alpha = variant == 2 ? 0.75f : 1.0f;
-          c.beta = variant == 2 ? -1.5f : 0.0f;
-          c.pad_ldd = variant == 3 ? 3 : 0;  // D needs no alignment: its padding stays poisoned
-          c.pad_lda = variant == 3 ? 16 : 0;
-          c.pad_ldb = variant == 3 ? 8 : 0;
-          c.force_kernel = "cuda_skinny";
+          const GemmCase c = skinny_case(dtype, m, act, variant, cases);
           const auto r = run_gemm_case(context.get(), memory, c);
           CHECK(chosen_kernel(r.plan_json) == "cuda_skinny");
           CHECK_MESSAGE(r.error <= gpu_tolerance(dtype, "cuda_skinny"),
@@ -60,23 +74,7 @@ TEST_CASE("gpu skinny: the tensor-core form (GE2_SKINNY_TENSOR_CORES=1) matches 
     for (std::int64_t m : {1, 2, 3, 7, 8})
       for (ge2_activation_t act : {GE2_ACT_NONE, GE2_ACT_GELU_ERF, GE2_ACT_SILU})
         for (int variant = 0; variant < 4; ++variant) {
-          GemmCase c;
-          c.dtype = dtype;
-          c.m = m;
-          c.n = variant % 2 ? 1061 : 1064;
-          // One vector, a partial 32-element step, and more steps than one round of the
-          // block's warps takes (8 warps x 4 steps of 32).
-          c.k = (cases % 3 == 0) ? 8 : (cases % 3 == 1 ? 1000 : 4104);
-          c.trans_b = true;
-          c.act = act;
-          c.has_bias = variant != 0;
-          c.with_c = variant == 2;
-          c.alpha = variant == 2 ? 0.75f : 1.0f;
-          c.beta = variant == 2 ? -1.5f : 0.0f;
-          c.pad_ldd = variant == 3 ? 3 : 0;
-          c.pad_lda = variant == 3 ? 16 : 0;
-          c.pad_ldb = variant == 3 ? 8 : 0;
-          c.force_kernel = "cuda_skinny";
+          const GemmCase c = skinny_case(dtype, m, act, variant, cases);
           const auto r = run_gemm_case(context.get(), memory, c);
           CHECK(chosen_kernel(r.plan_json) == "cuda_skinny");
           // One row stays on CUDA cores.
@@ -89,13 +87,7 @@ TEST_CASE("gpu skinny: the tensor-core form (GE2_SKINNY_TENSOR_CORES=1) matches 
   MESSAGE("tensor-core cuda_skinny cases run: " << cases);
   // Any other value: a warning, and the CUDA-core form.
   const ScopedEnv bad("GE2_SKINNY_TENSOR_CORES", "yes");
-  GemmCase c;
-  c.dtype = GE2_DTYPE_F16;
-  c.m = 4;
-  c.n = 1064;
-  c.k = 1000;
-  c.trans_b = true;
-  c.force_kernel = "cuda_skinny";
+  const GemmCase c = skinny_case(GE2_DTYPE_F16, 4, GE2_ACT_NONE, 0, 1);
   const auto r = run_gemm_case(context.get(), memory, c);
   CHECK(r.plan_json.find("tensor cores") == std::string::npos);
   CHECK_MESSAGE(r.error <= gpu_tolerance(c.dtype, "cuda_skinny"), "error " << r.error);
