@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "backends/cuda/algo_choice.hpp"
+#include "backends/cuda/kernels.hpp"
 #include "exec/backend.hpp"
 
 namespace ge2::cuda {
@@ -54,6 +55,11 @@ std::unique_ptr<Step> make_skinny_gemm_step(const GemmProblem& problem, const Ge
                                             std::unique_ptr<Step> unaligned_fallback);
 // Readies cuda_skinny for timing in the tuning mode.
 std::unique_ptr<FamilyTimer> make_skinny_timer(const DeviceInfo& device);
+// The form cuda_skinny runs `folded` (the batch folded into M) in on `device`: tensor
+// cores for 16-bit data from two rows on compute capability 8.0 and later when
+// GE2_SKINNY_TENSOR_CORES=1 (read on each call; another value than 0 or 1 is a
+// warning), else CUDA cores.
+SkinnyForm skinny_form(const GemmProblem& folded, const DeviceInfo& device);
 // lt_fp8_e4m3 and lt_fp8_e4m3_fast (docs/fp8.md): per-tensor e4m3 quantization of op(A) (and of
 // op(B) unless GemmSlots::b_prepared holds prepare_fp8_weight's copy) into the scratch slot, then
 // cuBLASLt's e4m3 GEMM; `unaligned_fallback` runs executions whose C, bias or D pointer is not

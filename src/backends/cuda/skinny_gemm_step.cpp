@@ -24,14 +24,16 @@ bool tensor_cores_requested() {
   return false;
 }
 
-// The form for the problem the kernel runs (the batch folded): tensor cores
-// need 16-bit data and mma.sync (compute capability 8.0); one row stays on
-// CUDA cores, which stream it at 3.4-4.4 TB/s (H200, run 11).
+}  // namespace
+
 SkinnyForm skinny_form(const GemmProblem& folded, const DeviceInfo& device) {
+  // One row stays on CUDA cores, which stream it at 3.4-4.4 TB/s (H200, run 11).
   const bool fits =
       dtype_size(folded.dtype) == 2 && folded.m >= 2 && device.compute_capability() >= 80;
   return fits && tensor_cores_requested() ? SkinnyForm::TensorCores : SkinnyForm::CudaCores;
 }
+
+namespace {
 
 class SkinnyGemmStep final : public Step {
  public:
