@@ -14,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import json
 import logging
-import struct
 import warnings
 
 from . import _capi, _checks
@@ -352,13 +351,11 @@ class Plan:
         self.io = self._io()
         self._names = {name: name.encode() for name in self.io}
         # The address of each name's bytes (held by _names), for the packed bindings.
-        self._name_addresses = {name: ctypes.cast(ctypes.c_char_p(encoded), ctypes.c_void_p).value
-                                for name, encoded in self._names.items()}
+        self._name_addresses = {name: _capi.name_address(encoded) for name, encoded in self._names.items()}
         self._io_names = set(self.io)
         # (names in order, the arrays' fast_binding signatures) of a call that passed execute's
         # checks -> (its dynamic extent: 0 for fixed shapes, a dynamic plan's checks depend on the
-        # extent the first dynamic array sets; the struct format and name addresses of its packed
-        # bindings; the torch CUDA device whose current stream it runs on, or None). Cleared when full.
+        # extent the first dynamic array sets; the packer of its names, in order). Cleared when full.
         self._checked_calls = {}
 
     def _io(self) -> dict:
@@ -402,11 +399,11 @@ class Plan:
             key = key and tuple(key)
             checked = self._checked_calls.get(key) if key else None
             if checked is not None:
-                extent, packing, names = checked
+                extent, pack = checked
                 stream = _stream(stream, f)
                 if stream is None and self._on_cuda and device is not None:
                     stream = torch_stream(device)
-                packed = struct.pack(packing, *[value for pair in zip(names, pointers) for value in pair])
+                packed = pack(pointers)
                 if self.max_extent:
                     _check(_lib.ge2_plan_execute_dynamic_packed(self._handle, extent, packed, len(pointers), stream))
                 else:
@@ -455,8 +452,7 @@ class Plan:
         if key and all(pointer == bindings[i].data for i, pointer in enumerate(pointers)):
             if len(self._checked_calls) >= 256:
                 self._checked_calls.clear()
-            self._checked_calls[key] = (extent, _capi.PACKED_BINDING * len(pointers),
-                                        tuple(self._name_addresses[name] for name in arrays))
+            self._checked_calls[key] = (extent, _capi.BindingPacker([self._name_addresses[name] for name in arrays]))
 
     def _run(self, extent: int, bindings, stream) -> None:
         if self.max_extent:

@@ -66,6 +66,26 @@ PACKED_BINDING = "PP"
 assert ctypes.sizeof(Binding) == struct.calcsize(PACKED_BINDING) and Binding.data.offset == struct.calcsize("P")
 
 
+def name_address(encoded: bytes) -> int:
+    """The address of `encoded`'s bytes, valid while the caller holds `encoded`."""
+    return ctypes.cast(ctypes.c_char_p(encoded), ctypes.c_void_p).value
+
+
+class BindingPacker:
+    """Packs an array of ge2_binding_t for the *_packed functions: the names fixed (their
+    addresses, in order), the data pointers given per call."""
+    __slots__ = ("_template", "_pack")
+
+    def __init__(self, name_addresses):
+        self._template = [value for address in name_addresses for value in (address, 0)]
+        self._pack = struct.Struct(PACKED_BINDING * len(name_addresses)).pack
+
+    def __call__(self, pointers) -> bytes:
+        values = self._template.copy()
+        values[1::2] = pointers
+        return self._pack(*values)
+
+
 class GemmParams(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("m", ctypes.c_int64), ("n", ctypes.c_int64),
                 ("k", ctypes.c_int64), ("batch", ctypes.c_int64), ("trans_a", ctypes.c_int),

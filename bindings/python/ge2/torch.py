@@ -22,7 +22,6 @@ autograd formula, and calling one on tensors that require grad under autograd ra
 """
 import ctypes
 import math
-import struct
 import threading
 import weakref
 from collections import OrderedDict
@@ -423,10 +422,8 @@ class Ge2Module(torch.nn.Module):
         self.input_features = recipe.input_features
         self._input_names = [name for _, name in recipe.inputs]
         self._names = [name.encode() for name in self._input_names] + [b"y"]
-        # The bindings go to C packed by struct (ge2._capi.PACKED_BINDING): the names' addresses
-        # (their bytes are held by _names) and the tensors' pointers, in turn.
-        self._name_addresses = [ctypes.cast(ctypes.c_char_p(name), ctypes.c_void_p).value for name in self._names]
-        self._packing = ge2._capi.PACKED_BINDING * len(self._names)
+        # The bindings go to C packed; _names holds the names' bytes.
+        self._pack = ge2._capi.BindingPacker([ge2._capi.name_address(name) for name in self._names])
         self.out_features = recipe.width[recipe.output]
         self.dtype = recipe.dtype
         self._options = dict(fuse=fuse, allow_tf32=allow_tf32, graph_replay=graph_replay, allow_fp8=allow_fp8,
@@ -519,13 +516,12 @@ class Ge2Module(torch.nn.Module):
         if len(inputs) == 1:
             rows = x if x.is_contiguous() else x.contiguous()
             plan = self.plan_for(rows)
-            names = self._name_addresses
-            bindings = struct.pack(self._packing, names[0], rows.data_ptr(), names[1], y.data_ptr())
+            pointers = [rows.data_ptr(), y.data_ptr()]
         else:
             rows = [t if t.is_contiguous() else t.contiguous() for t in inputs]
             plan = self.plan_for(rows[0])
             pointers = [t.data_ptr() for t in rows] + [y.data_ptr()]
-            bindings = struct.pack(self._packing, *[v for pair in zip(self._name_addresses, pointers) for v in pair])
+        bindings = self._pack(pointers)
         # The plan runs this row count, dtype and device, and the arrays are dense: only the
         # pointers are new, so the binding's per-array checks are skipped.
         stream = ge2._arrays._torch_current_stream(torch, x.device) if x.is_cuda else None
