@@ -525,13 +525,9 @@ def gemm_bias_act(a, b, bias=None, act=None, *, trans_a=False, trans_b=False, al
     if checked is not None:  # a call of this signature passed every check below: only pointers differ
         params, d_shape, dtype, library = checked
         stream = _stream(stream, f)
-        if out is None:  # of a's library, dtype and device
-            if library == "torch":
-                out = a.new_empty(d_shape)
-                fast[3] = (None, out.data_ptr(), None)
-            else:
-                out = empty_like_library(library, d_shape, dtype, a)
-                fast[3] = (None, out.__array_interface__["data"][0], None)
+        if out is None:  # of a's library, dtype and device; only its pointer is read
+            out = empty_like_library(library, d_shape, dtype, a)
+            fast[3] = (None, out.data_ptr() if library == "torch" else out.__array_interface__["data"][0], None)
         if stream is None and fast[0][2] is not None:
             stream = torch_stream(fast[0][2])
         _check(_lib.ge2_gemm_bias_act(context.handle, ctypes.byref(params), fast[0][1], fast[1][1],

@@ -268,9 +268,9 @@ def empty_like_library(library: str, shape: tuple, dtype: int, like):
             library = "numpy"
     if library == "torch":
         import torch
-        dt = next(t for t, code in torch_dtype_codes().items() if code == dtype)
-        if type(like) is torch.Tensor and like.dtype is dt:
+        if type(like) is torch.Tensor and torch_dtype_codes().get(like.dtype) == dtype:
             return like.new_empty(shape)  # half the cost of torch.empty with a dtype and device
+        dt = next(t for t, code in torch_dtype_codes().items() if code == dtype)
         return torch.empty(shape, dtype=dt, device=like.device)
     if library == "cupy":
         import cupy
