@@ -1,17 +1,19 @@
 // The CUTLASS tile-walk rule (backends/cuda/cutlass_tile_walk.hpp) without a GPU:
 // which walk each problem gets, and GE2_CUTLASS_TILE_WALK's override and its refusals.
 #include <doctest/doctest.h>
-#include <stdlib.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "backends/cuda/cutlass_tile_walk.hpp"
+#include "support/scoped_env.hpp"
 
 using ge2::cuda::choose_tile_walk;
 using ge2::cuda::describe_tile_walk;
 using ge2::cuda::cutlass_kernels::GemmArgs;
 using ge2::cuda::cutlass_kernels::TileRaster;
 using ge2::cuda::cutlass_kernels::TileShape;
+using ge2::test::ScopedEnv;
 
 namespace {
 
@@ -28,16 +30,16 @@ GemmArgs walked(int m, int n, int batch, const TileShape& tile) {
   return g;
 }
 
-// Unsets GE2_CUTLASS_TILE_WALK when a case ends, however it ends.
-struct WalkEnv {
-  explicit WalkEnv(const char* value) { REQUIRE(setenv("GE2_CUTLASS_TILE_WALK", value, 1) == 0); }
-  ~WalkEnv() { unsetenv("GE2_CUTLASS_TILE_WALK"); }
-};
+// The variable holds `value` (a ScopedEnv set it).
+void require_walk_env(const char* value) {
+  const char* set = std::getenv("GE2_CUTLASS_TILE_WALK");
+  REQUIRE((set != nullptr && std::string(set) == value));
+}
 
 }  // namespace
 
 TEST_CASE("tile walk: swizzle 2 along N unless its rounding adds more than 5% of the tiles") {
-  unsetenv("GE2_CUTLASS_TILE_WALK");
+  const ScopedEnv unset("GE2_CUTLASS_TILE_WALK", nullptr);
   struct Case {
     int m, n, batch;
     TileShape tile;
@@ -69,25 +71,29 @@ TEST_CASE("tile walk: swizzle 2 along N unless its rounding adds more than 5% of
 
 TEST_CASE("tile walk: GE2_CUTLASS_TILE_WALK overrides the choice; other values are ignored") {
   {
-    const WalkEnv env("8,m");
+    const ScopedEnv env("GE2_CUTLASS_TILE_WALK", "8,m");
+    require_walk_env("8,m");
     const GemmArgs g = walked(100, 4096, 1, kPingpong128);
     CHECK(g.max_swizzle == 8);
     CHECK(g.raster == TileRaster::AlongM);
   }
   {
-    const WalkEnv env("4");
+    const ScopedEnv env("GE2_CUTLASS_TILE_WALK", "4");
+    require_walk_env("4");
     const GemmArgs g = walked(4096, 11008, 1, kPingpong128);
     CHECK(g.max_swizzle == 4);
     CHECK(g.raster == TileRaster::Heuristic);
   }
   {
-    const WalkEnv env("1,n");
+    const ScopedEnv env("GE2_CUTLASS_TILE_WALK", "1,n");
+    require_walk_env("1,n");
     CHECK(describe_tile_walk(walked(4096, 11008, 1, kPingpong128)) == "swizzle 1, along N");
   }
   // Not a walk: a warning, and the walk the rule chooses.
   for (const char* bad : {"3", "2,x", "2,", "16", "8,nn", "n", " 2", "2,m "}) {
     CAPTURE(bad);
-    const WalkEnv env(bad);
+    const ScopedEnv env("GE2_CUTLASS_TILE_WALK", bad);
+    require_walk_env(bad);
     const GemmArgs big = walked(4096, 11008, 1, kPingpong128);
     CHECK(big.max_swizzle == 2);
     CHECK(big.raster == TileRaster::AlongN);
