@@ -107,16 +107,19 @@ def _require_tensors(function: str, **arguments) -> None:
     may be None."""
     for argument, value in arguments.items():
         if not isinstance(value, Tensor) and not (value is None and argument == "bias"):
-            raise TypeError(f"{function}: argument '{argument}' must be a torch.Tensor, not "
-                            f"{type(value).__module__}.{type(value).__name__}")
+            _refuse_non_tensor(function, f"argument '{argument}'", value)
 
 
 def _require_inputs(function: str, inputs: tuple) -> None:
     """A TypeError naming the first of a module's inputs that is not a tensor."""
     for i, value in enumerate(inputs):
         if not isinstance(value, Tensor):
-            raise TypeError(f"{function}: input {i} must be a torch.Tensor, not "
-                            f"{type(value).__module__}.{type(value).__name__}")
+            _refuse_non_tensor(function, f"input {i}", value)
+
+
+def _refuse_non_tensor(function: str, what: str, value) -> None:
+    raise TypeError(f"{function}: {what} must be a torch.Tensor, not "
+                    f"{type(value).__module__}.{type(value).__name__}")
 
 
 def _plain(t: Optional[Tensor], argument: str, function: str) -> Optional[Tensor]:
