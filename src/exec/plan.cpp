@@ -2,129 +2,16 @@
 
 #include <algorithm>
 #include <cassert>
-#include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <optional>
-#include <set>
 #include <utility>
 
 #include "core/checked_math.hpp"
 #include "core/error.hpp"
-#include "exec/fp8_gate.hpp"
 #include "passes/pass.hpp"
 #include "tunedb/tune_record.hpp"
 
 namespace ge2 {
 namespace {
-
-nlohmann::json problem_json(const GemmProblem& p) {
-  auto view = [](const MatrixView& v) {
-    return nlohmann::json{{"rows", v.rows},
-                          {"cols", v.cols},
-                          {"row_stride", v.row_stride},
-                          {"col_stride", v.col_stride},
-                          {"batch_stride", v.batch_stride}};
-  };
-  nlohmann::json j{{"m", p.m},
-                   {"n", p.n},
-                   {"k", p.k},
-                   {"batch", p.batch},
-                   {"dtype", dtype_name(p.dtype)},
-                   {"trans_a", p.trans_a},
-                   {"trans_b", p.trans_b},
-                   {"has_bias", p.has_bias},
-                   {"activation", activation_name(p.act)},
-                   {"alpha", p.alpha},
-                   {"a", view(p.a)},
-                   {"b", view(p.b)},
-                   {"d", view(p.d)}};
-  if (p.has_c) {
-    j["c"] = view(p.c);
-    j["beta"] = p.beta;
-  }
-  return j;
-}
-
-nlohmann::json selection_json(const Selection& selection) {
-  nlohmann::json candidates = nlohmann::json::array();
-  for (const auto& c : selection.candidates) {
-    nlohmann::json entry{{"kernel", kernel_name(c.kernel)}, {"feasible", c.feasible}};
-    if (c.feasible) {
-      entry["score_us"] = c.estimated_us;
-      entry["measured"] = c.measured;
-      entry["staged"] = c.staged;
-    }
-    entry["reason"] = c.reason;
-    candidates.push_back(entry);
-  }
-  return {{"kernel", kernel_name(selection.kernel)},
-          {"staged", selection.staged},
-          {"why", selection.why},
-          {"candidates", candidates}};
-}
-
-// The elementwise step of a bias add, an activation, an add, a multiply or a
-// gated multiply, and the value its y operand reads. A kind without a step here
-// is a compile error, never a silent substitute.
-std::pair<ElementwiseProblem, ValueId> elementwise_problem(const Node& node,
-                                                           const std::vector<TensorType>& storage,
-                                                           ValueId id) {
-  auto type_of = [&](ValueId v) -> const TensorType& {
-    return storage[static_cast<std::size_t>(v)];
-  };
-  ElementwiseProblem problem;
-  problem.x = type_of(node.x);
-  problem.out = type_of(id);
-  switch (node.kind) {
-    case OpKind::BiasAdd:
-      problem.has_bias = true;
-      problem.bias_stride = type_of(node.bias).strides[0];
-      return {problem, kNoValue};
-    case OpKind::Activation:
-      problem.act = node.act;
-      return {problem, kNoValue};
-    case OpKind::Add:
-    case OpKind::Mul:
-      problem.combine = node.kind == OpKind::Add ? Combine::Add : Combine::Mul;
-      problem.x_act = node.act;
-      problem.y = broadcast_to(type_of(node.y), problem.x);
-      return {problem, node.y};
-    case OpKind::GatedMul: {
-      // x's two halves along its last dimension, read in place: act(first) * second.
-      const int last = problem.x.rank - 1;
-      problem.x.shape[last] /= 2;
-      problem.y = problem.x;
-      problem.y_offset = problem.x.shape[last] * problem.x.strides[last];
-      problem.combine = Combine::Mul;
-      problem.x_act = node.act;
-      return {problem, node.x};
-    }
-    case OpKind::Input:
-    case OpKind::Constant:
-    case OpKind::Gemm:
-    case OpKind::GemmBiasAct:
-      break;
-  }
-  fail(GE2_ERROR_INTERNAL, "ge2_plan_compile: node {} ({}) has no elementwise step", id,
-       op_kind_name(node.kind));
-}
-
-// The GEMM node's problem; B marked when it is a constant of the plan.
-GemmProblem gemm_problem(const Graph& graph, const Node& node,
-                         const std::vector<TensorType>& storage, ValueId id) {
-  GemmProblem problem = make_gemm_problem(node, storage, id);
-  problem.b_constant = graph.node(node.b).kind == OpKind::Constant;
-  return problem;
-}
-
-// Every value's layout at `extent`: dynamic values get it as their leading dimension.
-std::vector<TensorType> storage_at(const std::vector<TensorType>& storage, std::int64_t extent) {
-  std::vector<TensorType> types;
-  types.reserve(storage.size());
-  for (const TensorType& type : storage) types.push_back(type.at_extent(extent));
-  return types;
-}
 
 // The extents that share kernel choices: the tuning database's size buckets
 // (1, 2, 3-4, ... 129-256, then multiples of 256), the last one ending at the bound.
@@ -179,8 +66,7 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
     // Kernels per bucket, each chosen (and in tuning mode tuned) at the
     // bucket's largest extent; the steps at the bound use the last bucket's.
     for (const auto& [first, last] : extent_buckets(bound))
-      plan->buckets_.push_back(
-          {first, last, plan->select_gemms(storage_at(plan->storage_, last), measured)});
+      plan->buckets_.push_back({first, last, plan->select_gemms(plan->storage_at(last), measured)});
   } else {
     plan->fixed_ = plan->select_gemms(plan->storage_, measured);
   }
@@ -302,7 +188,7 @@ std::vector<Selection> Plan::select_gemms(const std::vector<TensorType>& types,
     // without a gated epilogue pay its pass.
     const ValueId reader = gated_reader(id);
     selected_problems_.push_back(reader != kNoValue ? gated_problem(types, id, reader)
-                                                    : gemm_problem(graph_, node, types, id));
+                                                    : make_gemm_problem(graph_, id, types));
     selections[static_cast<std::size_t>(id)] =
         select_gemm_kernel(selected_problems_.back(), backend.device(), options_.policy, measured,
                            backend.gemm_kernels());
@@ -328,151 +214,6 @@ nlohmann::json Plan::buckets_text() const {
   return buckets;
 }
 
-std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
-                                            const std::vector<Selection>& chosen, TuneUse tune,
-                                            nlohmann::json* steps_json) {
-  Backend& backend = *backend_;
-  auto list = std::make_unique<StepList>();
-  list->extent = extent;
-  list->id = next_list_id_++;
-  list->io_bytes.assign(slot_defaults_.size(), 0);
-  for (const PlanIo& io : io_)
-    list->io_bytes[static_cast<std::size_t>(io.slot)] = io.type.at_extent(extent).span_bytes();
-  const std::vector<TensorType> storage = storage_at(storage_, extent);
-  auto slot_for = [&](ValueId v) {
-    return v == kNoValue ? -1 : slot_of_[static_cast<std::size_t>(v)];
-  };
-  // Each GEMM's kernel as chosen for this list, then as its step was built; and
-  // whether its step writes its output's amax (the FP8 amax hand-off).
-  std::vector<KernelId> kernels(static_cast<std::size_t>(graph_.size()), KernelId::CpuRef);
-  for (ValueId id = 0; id < graph_.size(); ++id)
-    if (graph_.node(id).live && graph_.node(id).is_gemm_family())
-      kernels[static_cast<std::size_t>(id)] = chosen[static_cast<std::size_t>(id)].kernel;
-  std::vector<bool> writes_amax(static_cast<std::size_t>(graph_.size()), false);
-  // gated_mul nodes whose multiply their GEMM's step computes.
-  std::vector<bool> fused_into_gemm(static_cast<std::size_t>(graph_.size()), false);
-  // The plan text is built only when asked for: steps rebuilt at a new extent and
-  // one-shot plans are never shown, and their text costs more than their steps.
-  const bool describe = steps_json != nullptr;
-  nlohmann::json step_json;
-  auto note = [&](const char* key, auto&& value_of) {
-    if (describe) step_json[key] = value_of();
-  };
-  // The elementwise step of node `id` (not a GEMM); `noted`: it is the step the
-  // text describes, not the unfused fallback of a gated epilogue.
-  auto elementwise_step = [&](ValueId id, bool noted) {
-    const Node& node = graph_.node(id);
-    const auto [problem, y] = elementwise_problem(node, storage, id);
-    if (noted) {
-      note("activation", [act = problem.act] { return activation_name(act); });
-      if (problem.x_act != Activation::None)
-        note("input_activation", [act = problem.x_act] { return activation_name(act); });
-    }
-    return backend.make_elementwise(
-        problem, {slot_for(node.x), slot_for(node.bias), slot_for(id), slot_for(y)});
-  };
-  for (ValueId id = 0; id < graph_.size(); ++id) {
-    const Node& node = graph_.node(id);
-    if (!node.live || node.is_source() || fused_into_gemm[static_cast<std::size_t>(id)]) continue;
-    const int slot = slot_for(id);
-    if (describe)
-      step_json = {{"node", id},
-                   {"op", op_kind_name(node.kind)},
-                   {"fused_from", node.fused_from},
-                   {"output", storage[static_cast<std::size_t>(id)].shape_string()}};
-    if (node.is_gemm_family()) {
-      const GemmProblem problem = gemm_problem(graph_, node, storage, id);
-      Selection selection = chosen[static_cast<std::size_t>(id)];
-      const auto prepared = b_prepared_slot_.find(id);
-      GemmSlots slots{slot_for(node.a),
-                      slot_for(node.b),
-                      slot_for(node.c),
-                      slot_for(node.bias),
-                      slot,
-                      scratch_slot_,
-                      prepared == b_prepared_slot_.end() ? -1 : prepared->second};
-      // The FP8 amax hand-off: this GEMM measures its output for a later FP8 GEMM
-      // that reads it as A; it reads its own A's amax only from a producer whose
-      // step was built to write it, never on a producer the backend refused.
-      for (ValueId consumer = id + 1; consumer < graph_.size(); ++consumer)
-        if (amax_handoff(id, consumer, kernels)) slots.amax_out = amax_slot_.at(id);
-      if (node.a != kNoValue && writes_amax[static_cast<std::size_t>(node.a)] &&
-          amax_handoff(node.a, id, kernels))
-        slots.a_amax = amax_slot_.at(node.a);
-      std::unique_ptr<Step> step;
-      // Each refusal removes one candidate, so this ends: with a step, or with
-      // GE2_ERROR_UNSUPPORTED when none is left or the kernel was forced.
-      while (!step) {
-        try {
-          step = backend.make_gemm(problem, slots, selection.kernel, selection.staged, tune);
-        } catch (const Error& error) {
-          if (error.status() != GE2_ERROR_UNSUPPORTED && error.status() != GE2_ERROR_CUBLAS) throw;
-          refuse_and_reselect(selection, problem, options_.policy, error.what());
-        }
-      }
-      // A gated_mul reading only this GEMM: computed in its epilogue where the kernel
-      // can, with the unfused steps kept for executions the fused one does not accept.
-      if (const ValueId reader = gated_reader(id);
-          reader != kNoValue && has_gated_epilogue(selection.kernel)) {
-        GemmSlots fused_slots = slots;
-        fused_slots.d = slot_for(reader);
-        const auto prepared_gated = gated_prepared_slot_.find(id);
-        fused_slots.b_prepared =
-            prepared_gated == gated_prepared_slot_.end() ? -1 : prepared_gated->second;
-        const GemmProblem gated = gated_problem(storage, id, reader);
-        std::string refusal = gated_epilogue_problem(gated, selection.kernel);
-        std::unique_ptr<Step> fused;
-        if (refusal.empty()) {
-          try {
-            fused = backend.make_gemm(gated, fused_slots, selection.kernel, false, tune);
-          } catch (const Error& error) {
-            if (error.status() != GE2_ERROR_UNSUPPORTED) throw;
-            refusal = error.what();
-          }
-        }
-        if (!fused) {
-          note("gated_epilogue",
-               [&] { return fmt::format("gated_mul #{} not fused: {}", reader, refusal); });
-        } else {
-          std::vector<std::unique_ptr<Step>> unfused;
-          unfused.push_back(std::move(step));
-          unfused.push_back(elementwise_step(reader, false));
-          step = std::make_unique<FusedStep>(std::move(fused), std::move(unfused));
-          fused_into_gemm[static_cast<std::size_t>(reader)] = true;
-          note("gated_epilogue", [&] {
-            return fmt::format("gated_mul #{} ({}(gate) * up) computed in the epilogue", reader,
-                               activation_name(graph_.node(reader).act));
-          });
-          note("output", [&] { return storage[static_cast<std::size_t>(reader)].shape_string(); });
-        }
-      }
-      list->steps.push_back(std::move(step));
-      kernels[static_cast<std::size_t>(id)] = selection.kernel;
-      writes_amax[static_cast<std::size_t>(id)] =
-          slots.amax_out >= 0 && is_cublaslt_fp8_kernel(selection.kernel);
-      note("problem", [&] { return problem_json(problem); });
-      note("selection", [&] { return selection_json(selection); });
-    } else {
-      list->steps.push_back(elementwise_step(id, true));
-    }
-    if (describe) {
-      step_json["kernel"] = list->steps.back()->describe();
-      steps_json->push_back(std::move(step_json));
-    }
-  }
-  return list;
-}
-
-bool Plan::amax_handoff(ValueId producer, ValueId consumer,
-                        const std::vector<KernelId>& kernels) const {
-  const Node& p = graph_.node(producer);
-  const Node& c = graph_.node(consumer);
-  return p.live && c.live && p.is_gemm_family() && c.is_gemm_family() && c.a == producer &&
-         is_cublaslt_fp8_kernel(kernels[static_cast<std::size_t>(producer)]) &&
-         is_cublaslt_fp8_kernel(kernels[static_cast<std::size_t>(consumer)]) &&
-         activation_info(p.act).cublaslt == LtEpilogue::kNone && amax_slot_.contains(producer);
-}
-
 std::vector<std::pair<std::vector<Selection>*, std::int64_t>> Plan::choice_lists() {
   std::vector<std::pair<std::vector<Selection>*, std::int64_t>> lists;
   if (max_extent_ > 0) {
@@ -483,51 +224,16 @@ std::vector<std::pair<std::vector<Selection>*, std::int64_t>> Plan::choice_lists
   return lists;
 }
 
+std::vector<TensorType> Plan::storage_at(std::int64_t extent) const {
+  std::vector<TensorType> types;
+  types.reserve(storage_.size());
+  for (const TensorType& type : storage_) types.push_back(type.at_extent(extent));
+  return types;
+}
+
 const void* Plan::constant_data(ValueId v) const {
   if (v == kNoValue || graph_.node(v).kind != OpKind::Constant) return nullptr;
   return slot_defaults_[static_cast<std::size_t>(slot_of_[static_cast<std::size_t>(v)])];
-}
-
-ValueId Plan::gated_reader(ValueId gemm) const {
-  const Node& node = graph_.node(gemm);
-  auto constant_or_none = [&](ValueId v) {
-    return v == kNoValue || graph_.node(v).kind == OpKind::Constant;
-  };
-  if (!node.live || !node.is_gemm_family() || node.c != kNoValue || node.act != Activation::None ||
-      graph_.node(node.b).kind != OpKind::Constant || !constant_or_none(node.bias) ||
-      graph_.use_count(gemm) != 1)
-    return kNoValue;
-  for (ValueId id = gemm + 1; id < graph_.size(); ++id) {
-    const Node& reader = graph_.node(id);
-    if (reader.live && reader.kind == OpKind::GatedMul && reader.x == gemm) return id;
-  }
-  return kNoValue;
-}
-
-GemmProblem Plan::gated_problem(const std::vector<TensorType>& storage, ValueId gemm,
-                                ValueId reader) const {
-  GemmProblem problem = gemm_problem(graph_, graph_.node(gemm), storage, gemm);
-  problem.gated =
-      GatedOutput{graph_.node(reader).act, matrix_view(storage[static_cast<std::size_t>(reader)])};
-  return problem;
-}
-
-void Plan::prepare_gated_weights() {
-  const auto lists = choice_lists();
-  for (ValueId id = 0; id < graph_.size(); ++id) {
-    const ValueId reader = gated_reader(id);
-    if (reader == kNoValue) continue;
-    const GemmProblem problem = gated_problem(storage_, id, reader);
-    const Node& node = graph_.node(id);
-    for (const auto& [selections, extent] : lists) {
-      const KernelId kernel = (*selections)[static_cast<std::size_t>(id)].kernel;
-      if (!gated_epilogue_problem(problem, kernel).empty()) continue;
-      auto prepared = backend_->prepare_gemm_weight(kernel, problem, constant_data(node.b),
-                                                    constant_data(node.bias));
-      if (prepared) gated_prepared_slot_[id] = add_owned_slot(std::move(prepared));
-      break;  // one dtype per node: every gated row reads the same form
-    }
-  }
 }
 
 int Plan::add_slot(void* owned_pointer, bool is_output) {
@@ -540,106 +246,6 @@ int Plan::add_owned_slot(std::unique_ptr<Buffer> buffer) {
   const int slot = add_slot(buffer->data(), false);
   owned_.push_back(std::move(buffer));
   return slot;
-}
-
-nlohmann::json Plan::apply_fp8_policy() {
-  Backend& backend = *backend_;
-  const SelectionPolicy& policy = options_.policy;
-  const auto lists = choice_lists();
-  nlohmann::json layers = nlohmann::json::array();
-  std::size_t scratch_bytes = 0;
-  std::vector<ValueId> fp8_gemms;  // the GEMMs that keep an FP8 row
-  for (ValueId id = 0; id < graph_.size(); ++id) {
-    const Node& node = graph_.node(id);
-    if (!node.live || !node.is_gemm_family()) continue;
-    std::set<KernelId> kept;  // FP8 rows that passed the gate for this GEMM
-    // An FP8 row some list chose for this GEMM and the gate has not passed yet.
-    auto next_fp8 = [&]() -> std::optional<KernelId> {
-      for (const auto& [selections, extent] : lists) {
-        const KernelId kernel = (*selections)[static_cast<std::size_t>(id)].kernel;
-        if (is_fp8_kernel(kernel) && !kept.contains(kernel)) return kernel;
-      }
-      return std::nullopt;
-    };
-    // The gate and the scratch take the problem at the bound: the most rows.
-    const GemmProblem problem = gemm_problem(graph_, node, storage_, id);
-    std::unique_ptr<Buffer> prepared;  // the constant B's e4m3 copy, made for the first FP8 row
-    std::map<KernelId, std::string> refused;  // FP8 rows gated and refused, with the reason
-    // Refuses `kernel` in every list that chose it; returns what took its place
-    // in the first such list.
-    auto refuse = [&](KernelId kernel, const std::string& reason) {
-      std::optional<KernelId> replacement;
-      for (const auto& [selections, extent] : lists) {
-        Selection& selection = (*selections)[static_cast<std::size_t>(id)];
-        if (selection.kernel != kernel) continue;
-        refuse_and_reselect(selection, gemm_problem(graph_, node, storage_at(storage_, extent), id),
-                            policy, reason);
-        if (!replacement) replacement = selection.kernel;
-      }
-      return replacement;
-    };
-    // Each refusal takes the next candidate, which may be another FP8 row (fast
-    // accumulation first, then fp32 accumulation): every row a list runs is gated.
-    for (std::optional<KernelId> fp8 = next_fp8(); fp8; fp8 = next_fp8()) {
-      if (const auto it = refused.find(*fp8); it != refused.end()) {
-        refuse(*fp8, it->second);  // a list that reached a row already judged: no second run
-        continue;
-      }
-      if (const void* b = constant_data(node.b); b && !prepared)
-        prepared = backend.prepare_gemm_weight(*fp8, problem, b, constant_data(node.bias));
-      const Fp8GateResult gate =
-          measure_fp8_error(backend, problem, *fp8, constant_data(node.b), constant_data(node.bias),
-                            prepared ? prepared->data() : nullptr, policy);
-      const bool passed = gate.worst_channel_error <= policy.fp8_max_error;
-      auto number = [](double value) {
-        return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json("not finite");
-      };
-      nlohmann::json layer{{"node", id},
-                           {"kernel", kernel_name(*fp8)},
-                           {"scales",
-                            "per-tensor (amax / 448): weights at compile, activations "
-                            "every execution"},
-                           {"calibration_rows", gate.rows},
-                           {"compared_with", kernel_name(gate.reference)},
-                           {"relative_error", number(gate.relative_error)},
-                           {"worst_channel_error", number(gate.worst_channel_error)},
-                           {"max_error", policy.fp8_max_error}};
-      if (passed) {
-        layer["decision"] = "kept";
-        kept.insert(*fp8);
-      } else {
-        const std::string refusal = fmt::format(
-            "FP8 accuracy gate: relative error {:.4g} in the worst output channel "
-            "against {} exceeds max_error {:.4g} (layer {:.4g})",
-            gate.worst_channel_error, kernel_name(gate.reference), policy.fp8_max_error,
-            gate.relative_error);
-        refused[*fp8] = refusal;
-        layer["decision"] = fmt::format("fallback to {}", kernel_name(*refuse(*fp8, refusal)));
-      }
-      layers.push_back(layer);
-    }
-    if (kept.empty()) continue;
-    fp8_gemms.push_back(id);
-    for (KernelId row : kept)  // the scratch at the bound: the most rows
-      scratch_bytes =
-          std::max(scratch_bytes, backend.gemm_scratch_bytes(row, problem, prepared != nullptr));
-    if (prepared) b_prepared_slot_[id] = add_owned_slot(std::move(prepared));
-  }
-  if (scratch_bytes > 0) scratch_slot_ = add_owned_slot(backend.allocate(scratch_bytes));
-  // 16 bytes per FP8 GEMM for its output's amax, handed to a next FP8 GEMM (amax_handoff).
-  if (!fp8_gemms.empty()) {
-    const int block = add_owned_slot(backend.allocate(16 * fp8_gemms.size()));
-    auto* base = static_cast<unsigned char*>(slot_defaults_[static_cast<std::size_t>(block)]);
-    for (std::size_t i = 0; i < fp8_gemms.size(); ++i)
-      amax_slot_[fp8_gemms[i]] = add_slot(base + 16 * i, false);
-  }
-  return {{"allow_fp8", true},
-          {"max_error", policy.fp8_max_error},
-          {"calibration", fmt::format("{} rows of N(0, 1) inputs; the plan's constants as "
-                                      "they are",
-                                      kFp8CalibrationRows)},
-          {"scratch_bytes", scratch_bytes},
-          {"layers", layers}};
 }
 
 void Plan::execute(const ge2_binding_t* bindings, std::size_t count, void* stream) {

@@ -99,6 +99,8 @@ class Plan {
   // Every list of GEMM choices (the buckets', or the fixed plan's) with the extent
   // its problems are taken at.
   std::vector<std::pair<std::vector<Selection>*, std::int64_t>> choice_lists();
+  // Every value's layout at `extent`: dynamic values get it as their leading dimension.
+  std::vector<TensorType> storage_at(std::int64_t extent) const;
   // The backend copy of constant `v`; nullptr for kNoValue or a value that is no constant.
   const void* constant_data(ValueId v) const;
   // The gated_mul that is the only reader of GEMM `gemm`, when the GEMM could

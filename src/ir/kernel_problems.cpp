@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/error.hpp"
+
 namespace ge2 {
 
 double GemmProblem::min_bytes() const {
@@ -33,7 +35,9 @@ std::string GemmProblem::shape_string() const {
   return batch > 1 ? fmt::format("{}x{}x{}x{}", batch, m, n, k) : fmt::format("{}x{}x{}", m, n, k);
 }
 
-GemmProblem make_gemm_problem(const Node& node, const std::vector<TensorType>& storage, ValueId d) {
+GemmProblem make_gemm_problem(const Graph& graph, ValueId d,
+                              const std::vector<TensorType>& storage) {
+  const Node& node = graph.node(d);
   auto type_of = [&](ValueId id) -> const TensorType& {
     return storage.at(static_cast<std::size_t>(id));
   };
@@ -65,7 +69,51 @@ GemmProblem make_gemm_problem(const Node& node, const std::vector<TensorType>& s
   p.act = node.act;
   p.alpha = node.gemm.alpha;
   p.beta = node.gemm.beta;
+  p.b_constant = graph.node(node.b).kind == OpKind::Constant;
   return p;
+}
+
+std::pair<ElementwiseProblem, ValueId> make_elementwise_problem(
+    const Graph& graph, ValueId id, const std::vector<TensorType>& storage) {
+  const Node& node = graph.node(id);
+  auto type_of = [&](ValueId v) -> const TensorType& {
+    return storage[static_cast<std::size_t>(v)];
+  };
+  ElementwiseProblem problem;
+  problem.x = type_of(node.x);
+  problem.out = type_of(id);
+  switch (node.kind) {
+    case OpKind::BiasAdd:
+      problem.has_bias = true;
+      problem.bias_stride = type_of(node.bias).strides[0];
+      return {problem, kNoValue};
+    case OpKind::Activation:
+      problem.act = node.act;
+      return {problem, kNoValue};
+    case OpKind::Add:
+    case OpKind::Mul:
+      problem.combine = node.kind == OpKind::Add ? Combine::Add : Combine::Mul;
+      problem.x_act = node.act;
+      problem.y = broadcast_to(type_of(node.y), problem.x);
+      return {problem, node.y};
+    case OpKind::GatedMul: {
+      // x's two halves along its last dimension, read in place: act(first) * second.
+      const int last = problem.x.rank - 1;
+      problem.x.shape[last] /= 2;
+      problem.y = problem.x;
+      problem.y_offset = problem.x.shape[last] * problem.x.strides[last];
+      problem.combine = Combine::Mul;
+      problem.x_act = node.act;
+      return {problem, node.x};
+    }
+    case OpKind::Input:
+    case OpKind::Constant:
+    case OpKind::Gemm:
+    case OpKind::GemmBiasAct:
+      break;
+  }
+  fail(GE2_ERROR_INTERNAL, "ge2_plan_compile: node {} ({}) has no elementwise step", id,
+       op_kind_name(node.kind));
 }
 
 }  // namespace ge2

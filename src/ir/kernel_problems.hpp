@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor_type.hpp"
@@ -52,8 +53,10 @@ inline GemmProblem without_gated_output(GemmProblem problem) {
   return problem;
 }
 
-// `storage[v]` is the memory layout of value v (inputs and outputs may be strided).
-GemmProblem make_gemm_problem(const Node& node, const std::vector<TensorType>& storage, ValueId d);
+// The problem of GEMM node `d` of `graph`; `storage[v]` is the memory layout of
+// value v (inputs and outputs may be strided). B is marked when it is a constant.
+GemmProblem make_gemm_problem(const Graph& graph, ValueId d,
+                              const std::vector<TensorType>& storage);
 
 // How an elementwise step combines x with a second operand y.
 enum class Combine { None, Add, Mul };
@@ -77,6 +80,12 @@ struct ElementwiseProblem {
            y_offset * static_cast<std::int64_t>(dtype_size(y.dtype));
   }
 };
+
+// The elementwise step of node `id` (a bias add, an activation, an add, a multiply
+// or a gated multiply) and the value its y operand reads. Any other kind is
+// GE2_ERROR_INTERNAL, never a silent substitute.
+std::pair<ElementwiseProblem, ValueId> make_elementwise_problem(
+    const Graph& graph, ValueId id, const std::vector<TensorType>& storage);
 
 }  // namespace ge2
 

@@ -1,0 +1,236 @@
+// A plan's step lists: each live node's step on its chosen kernel, a gated GEMM's
+// multiply moved into its epilogue where the kernel can, and the plan text of each step.
+#include <fmt/format.h>
+
+#include "core/error.hpp"
+#include "exec/plan.hpp"
+
+namespace ge2 {
+namespace {
+
+nlohmann::json problem_json(const GemmProblem& p) {
+  auto view = [](const MatrixView& v) {
+    return nlohmann::json{{"rows", v.rows},
+                          {"cols", v.cols},
+                          {"row_stride", v.row_stride},
+                          {"col_stride", v.col_stride},
+                          {"batch_stride", v.batch_stride}};
+  };
+  nlohmann::json j{{"m", p.m},
+                   {"n", p.n},
+                   {"k", p.k},
+                   {"batch", p.batch},
+                   {"dtype", dtype_name(p.dtype)},
+                   {"trans_a", p.trans_a},
+                   {"trans_b", p.trans_b},
+                   {"has_bias", p.has_bias},
+                   {"activation", activation_name(p.act)},
+                   {"alpha", p.alpha},
+                   {"a", view(p.a)},
+                   {"b", view(p.b)},
+                   {"d", view(p.d)}};
+  if (p.has_c) {
+    j["c"] = view(p.c);
+    j["beta"] = p.beta;
+  }
+  return j;
+}
+
+nlohmann::json selection_json(const Selection& selection) {
+  nlohmann::json candidates = nlohmann::json::array();
+  for (const auto& c : selection.candidates) {
+    nlohmann::json entry{{"kernel", kernel_name(c.kernel)}, {"feasible", c.feasible}};
+    if (c.feasible) {
+      entry["score_us"] = c.estimated_us;
+      entry["measured"] = c.measured;
+      entry["staged"] = c.staged;
+    }
+    entry["reason"] = c.reason;
+    candidates.push_back(entry);
+  }
+  return {{"kernel", kernel_name(selection.kernel)},
+          {"staged", selection.staged},
+          {"why", selection.why},
+          {"candidates", candidates}};
+}
+
+}  // namespace
+
+std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
+                                            const std::vector<Selection>& chosen, TuneUse tune,
+                                            nlohmann::json* steps_json) {
+  Backend& backend = *backend_;
+  auto list = std::make_unique<StepList>();
+  list->extent = extent;
+  list->id = next_list_id_++;
+  list->io_bytes.assign(slot_defaults_.size(), 0);
+  for (const PlanIo& io : io_)
+    list->io_bytes[static_cast<std::size_t>(io.slot)] = io.type.at_extent(extent).span_bytes();
+  const std::vector<TensorType> storage = storage_at(extent);
+  auto slot_for = [&](ValueId v) {
+    return v == kNoValue ? -1 : slot_of_[static_cast<std::size_t>(v)];
+  };
+  // Each GEMM's kernel as chosen for this list, then as its step was built; and
+  // whether its step writes its output's amax (the FP8 amax hand-off).
+  std::vector<KernelId> kernels(static_cast<std::size_t>(graph_.size()), KernelId::CpuRef);
+  for (ValueId id = 0; id < graph_.size(); ++id)
+    if (graph_.node(id).live && graph_.node(id).is_gemm_family())
+      kernels[static_cast<std::size_t>(id)] = chosen[static_cast<std::size_t>(id)].kernel;
+  std::vector<bool> writes_amax(static_cast<std::size_t>(graph_.size()), false);
+  // gated_mul nodes whose multiply their GEMM's step computes.
+  std::vector<bool> fused_into_gemm(static_cast<std::size_t>(graph_.size()), false);
+  // The plan text is built only when asked for: steps rebuilt at a new extent and
+  // one-shot plans are never shown, and their text costs more than their steps.
+  const bool describe = steps_json != nullptr;
+  nlohmann::json step_json;
+  auto note = [&](const char* key, auto&& value_of) {
+    if (describe) step_json[key] = value_of();
+  };
+  // The elementwise step of node `id` (not a GEMM); `noted`: it is the step the
+  // text describes, not the unfused fallback of a gated epilogue.
+  auto elementwise_step = [&](ValueId id, bool noted) {
+    const Node& node = graph_.node(id);
+    const auto [problem, y] = make_elementwise_problem(graph_, id, storage);
+    if (noted) {
+      note("activation", [act = problem.act] { return activation_name(act); });
+      if (problem.x_act != Activation::None)
+        note("input_activation", [act = problem.x_act] { return activation_name(act); });
+    }
+    return backend.make_elementwise(
+        problem, {slot_for(node.x), slot_for(node.bias), slot_for(id), slot_for(y)});
+  };
+  for (ValueId id = 0; id < graph_.size(); ++id) {
+    const Node& node = graph_.node(id);
+    if (!node.live || node.is_source() || fused_into_gemm[static_cast<std::size_t>(id)]) continue;
+    const int slot = slot_for(id);
+    if (describe)
+      step_json = {{"node", id},
+                   {"op", op_kind_name(node.kind)},
+                   {"fused_from", node.fused_from},
+                   {"output", storage[static_cast<std::size_t>(id)].shape_string()}};
+    if (node.is_gemm_family()) {
+      const GemmProblem problem = make_gemm_problem(graph_, id, storage);
+      Selection selection = chosen[static_cast<std::size_t>(id)];
+      const auto prepared = b_prepared_slot_.find(id);
+      GemmSlots slots{slot_for(node.a),
+                      slot_for(node.b),
+                      slot_for(node.c),
+                      slot_for(node.bias),
+                      slot,
+                      scratch_slot_,
+                      prepared == b_prepared_slot_.end() ? -1 : prepared->second};
+      // The FP8 amax hand-off: this GEMM measures its output for a later FP8 GEMM
+      // that reads it as A; it reads its own A's amax only from a producer whose
+      // step was built to write it, never on a producer the backend refused.
+      for (ValueId consumer = id + 1; consumer < graph_.size(); ++consumer)
+        if (amax_handoff(id, consumer, kernels)) slots.amax_out = amax_slot_.at(id);
+      if (node.a != kNoValue && writes_amax[static_cast<std::size_t>(node.a)] &&
+          amax_handoff(node.a, id, kernels))
+        slots.a_amax = amax_slot_.at(node.a);
+      std::unique_ptr<Step> step;
+      // Each refusal removes one candidate, so this ends: with a step, or with
+      // GE2_ERROR_UNSUPPORTED when none is left or the kernel was forced.
+      while (!step) {
+        try {
+          step = backend.make_gemm(problem, slots, selection.kernel, selection.staged, tune);
+        } catch (const Error& error) {
+          if (error.status() != GE2_ERROR_UNSUPPORTED && error.status() != GE2_ERROR_CUBLAS) throw;
+          refuse_and_reselect(selection, problem, options_.policy, error.what());
+        }
+      }
+      // A gated_mul reading only this GEMM: computed in its epilogue where the kernel
+      // can, with the unfused steps kept for executions the fused one does not accept.
+      if (const ValueId reader = gated_reader(id);
+          reader != kNoValue && has_gated_epilogue(selection.kernel)) {
+        GemmSlots fused_slots = slots;
+        fused_slots.d = slot_for(reader);
+        const auto prepared_gated = gated_prepared_slot_.find(id);
+        fused_slots.b_prepared =
+            prepared_gated == gated_prepared_slot_.end() ? -1 : prepared_gated->second;
+        const GemmProblem gated = gated_problem(storage, id, reader);
+        std::string refusal = gated_epilogue_problem(gated, selection.kernel);
+        std::unique_ptr<Step> fused;
+        if (refusal.empty()) {
+          try {
+            fused = backend.make_gemm(gated, fused_slots, selection.kernel, false, tune);
+          } catch (const Error& error) {
+            if (error.status() != GE2_ERROR_UNSUPPORTED) throw;
+            refusal = error.what();
+          }
+        }
+        if (!fused) {
+          note("gated_epilogue",
+               [&] { return fmt::format("gated_mul #{} not fused: {}", reader, refusal); });
+        } else {
+          std::vector<std::unique_ptr<Step>> unfused;
+          unfused.push_back(std::move(step));
+          unfused.push_back(elementwise_step(reader, false));
+          step = std::make_unique<FusedStep>(std::move(fused), std::move(unfused));
+          fused_into_gemm[static_cast<std::size_t>(reader)] = true;
+          note("gated_epilogue", [&] {
+            return fmt::format("gated_mul #{} ({}(gate) * up) computed in the epilogue", reader,
+                               activation_name(graph_.node(reader).act));
+          });
+          note("output", [&] { return storage[static_cast<std::size_t>(reader)].shape_string(); });
+        }
+      }
+      list->steps.push_back(std::move(step));
+      kernels[static_cast<std::size_t>(id)] = selection.kernel;
+      writes_amax[static_cast<std::size_t>(id)] =
+          slots.amax_out >= 0 && is_cublaslt_fp8_kernel(selection.kernel);
+      note("problem", [&] { return problem_json(problem); });
+      note("selection", [&] { return selection_json(selection); });
+    } else {
+      list->steps.push_back(elementwise_step(id, true));
+    }
+    if (describe) {
+      step_json["kernel"] = list->steps.back()->describe();
+      steps_json->push_back(std::move(step_json));
+    }
+  }
+  return list;
+}
+
+ValueId Plan::gated_reader(ValueId gemm) const {
+  const Node& node = graph_.node(gemm);
+  auto constant_or_none = [&](ValueId v) {
+    return v == kNoValue || graph_.node(v).kind == OpKind::Constant;
+  };
+  if (!node.live || !node.is_gemm_family() || node.c != kNoValue || node.act != Activation::None ||
+      graph_.node(node.b).kind != OpKind::Constant || !constant_or_none(node.bias) ||
+      graph_.use_count(gemm) != 1)
+    return kNoValue;
+  for (ValueId id = gemm + 1; id < graph_.size(); ++id) {
+    const Node& reader = graph_.node(id);
+    if (reader.live && reader.kind == OpKind::GatedMul && reader.x == gemm) return id;
+  }
+  return kNoValue;
+}
+
+GemmProblem Plan::gated_problem(const std::vector<TensorType>& storage, ValueId gemm,
+                                ValueId reader) const {
+  GemmProblem problem = make_gemm_problem(graph_, gemm, storage);
+  problem.gated =
+      GatedOutput{graph_.node(reader).act, matrix_view(storage[static_cast<std::size_t>(reader)])};
+  return problem;
+}
+
+void Plan::prepare_gated_weights() {
+  const auto lists = choice_lists();
+  for (ValueId id = 0; id < graph_.size(); ++id) {
+    const ValueId reader = gated_reader(id);
+    if (reader == kNoValue) continue;
+    const GemmProblem problem = gated_problem(storage_, id, reader);
+    const Node& node = graph_.node(id);
+    for (const auto& [selections, extent] : lists) {
+      const KernelId kernel = (*selections)[static_cast<std::size_t>(id)].kernel;
+      if (!gated_epilogue_problem(problem, kernel).empty()) continue;
+      auto prepared = backend_->prepare_gemm_weight(kernel, problem, constant_data(node.b),
+                                                    constant_data(node.bias));
+      if (prepared) gated_prepared_slot_[id] = add_owned_slot(std::move(prepared));
+      break;  // one dtype per node: every gated row reads the same form
+    }
+  }
+}
+
+}  // namespace ge2
