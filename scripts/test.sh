@@ -139,17 +139,17 @@ corpus=$(mktemp -d)
 cp tests/fuzz/corpus/* "$corpus"/
 (cd "$corpus" && "$ROOT/build-asan/tests/ge2_fuzz_api" -max_total_time="${GE2_FUZZ_SECONDS:-60}" \
   -rss_limit_mb=4096 -malloc_limit_mb=2048 "$corpus" > fuzz.log 2>&1) || { tail -40 "$corpus/fuzz.log"; exit 1; }
-grep -E '^Done' "$corpus/fuzz.log"
+grep -E '^Done' "$corpus/fuzz.log" && rm -rf "$corpus"
 corpus=$(mktemp -d)
 cp tests/fuzz/corpus_tunedb/* "$corpus"/
 (cd "$corpus" && "$ROOT/build-asan/tests/ge2_fuzz_tunedb_import" -max_total_time="${GE2_FUZZ_TUNEDB_SECONDS:-30}" \
   -rss_limit_mb=4096 "$corpus" > fuzz.log 2>&1) || { tail -40 "$corpus/fuzz.log"; exit 1; }
-grep -E '^Done' "$corpus/fuzz.log"
+grep -E '^Done' "$corpus/fuzz.log" && rm -rf "$corpus"
 corpus=$(mktemp -d)
 cp tests/fuzz/corpus_gemm_record/* "$corpus"/
 (cd "$corpus" && "$ROOT/build-asan/tests/ge2_fuzz_gemm_record" -max_total_time="${GE2_FUZZ_RECORD_SECONDS:-20}" \
   -rss_limit_mb=4096 "$corpus" > fuzz.log 2>&1) || { tail -40 "$corpus/fuzz.log"; exit 1; }
-grep -E '^Done' "$corpus/fuzz.log"
+grep -E '^Done' "$corpus/fuzz.log" && rm -rf "$corpus"
 
 step "7. ThreadSanitizer (CPU-only build): the API tests"
 # Executions of one plan from several threads, shared contexts and one-shot caches,

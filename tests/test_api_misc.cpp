@@ -13,6 +13,7 @@
 
 #include "support/api_helpers.hpp"
 #include "support/scoped_env.hpp"
+#include "support/scratch_dir.hpp"
 
 using namespace ge2::test;
 
@@ -274,9 +275,7 @@ TEST_CASE("concurrency: one plan executed from several threads gives right answe
 
 TEST_CASE(
     "GE2_TUNE_RECORD: compiled GEMM problems are appended; a foreign file is left untouched") {
-  const std::string dir = "/tmp/ge2-record-api-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const std::string dir = scratch_subdir("record-api").string();
   const std::string path = dir + "/gemms.jsonl";
   std::vector<std::string> warnings;
   auto make_recording_context = [&](const std::string& file) {
@@ -339,5 +338,4 @@ TEST_CASE(
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("left untouched") != std::string::npos);
   CHECK(warnings[0].find("records no more") != std::string::npos);
-  std::filesystem::remove_all(dir);
 }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "support/scratch_dir.hpp"
 #include "tunedb/gemm_record.hpp"
 
 using namespace ge2;
@@ -18,11 +19,7 @@ using namespace ge2;
 namespace {
 
 std::string temp_path(const char* name) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / fmt::format("ge2-record-{}-{}", getpid(), name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return (dir / "gemms.jsonl").string();
+  return (test::scratch_subdir(std::string("record-") + name) / "gemms.jsonl").string();
 }
 
 std::string contents(const std::string& path) {

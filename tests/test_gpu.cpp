@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "support/gpu_helpers.hpp"
+#include "support/scratch_dir.hpp"
 #endif
 
 using namespace ge2::test;
@@ -355,8 +356,7 @@ TEST_CASE("gpu: graph replay follows new data, new bindings and other streams") 
 }
 
 TEST_CASE("gpu: the tuner end to end: tune mode stores the winner, a cached context reuses it") {
-  const std::string db = "/tmp/ge2-gpu-test-tunedb-" + std::to_string(::getpid()) + ".sqlite";
-  std::remove(db.c_str());
+  const std::string db = (scratch_subdir("gpu-tunedb") / "tunedb.sqlite").string();
   auto plan_source = [&](ge2_tune_mode_t mode) {
     ContextPtr context = make_tuning_context(GE2_DEVICE_CUDA, mode, db);
     DeviceMemory memory;
@@ -377,12 +377,10 @@ TEST_CASE("gpu: the tuner end to end: tune mode stores the winner, a cached cont
   CHECK(plan_source(GE2_TUNE_CACHED) == "tunedb");
   CHECK(plan_source(GE2_TUNE_OFF) == "heuristic");
   MESSAGE("tune mode: " << tuned);
-  std::remove(db.c_str());
 }
 
 TEST_CASE("gpu: a bad tuning database degrades in cached mode, is refused in tune mode") {
-  const std::string dir = "/tmp/ge2-gpu-test-baddb-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
+  const std::string dir = scratch_subdir("gpu-baddb").string();
   std::filesystem::create_directories(dir + "/a-directory.sqlite");
   auto write = [&](const char* name, const std::string& bytes) {
     std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
@@ -446,7 +444,6 @@ TEST_CASE("gpu: a bad tuning database degrades in cached mode, is refused in tun
       CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == before);
     }
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("gpu: an output bound onto an input's device memory is refused") {

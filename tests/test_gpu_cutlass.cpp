@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "support/gpu_helpers.hpp"
+#include "support/scratch_dir.hpp"
 #include "tunedb/tunedb.hpp"
 
 using namespace ge2::test;
@@ -142,8 +143,7 @@ TEST_CASE("gpu cutlass: untuned, the selector keeps cuBLASLt and lists CUTLASS a
 }
 
 TEST_CASE("gpu cutlass: tuning times CUTLASS beside cuBLASLt, stores it, and picks the faster") {
-  const std::string db = "/tmp/ge2-gpu-cutlass-tune-" + std::to_string(::getpid()) + ".sqlite";
-  std::remove(db.c_str());
+  const std::string db = (scratch_subdir("gpu-cutlass-tune") / "tunedb.sqlite").string();
   {
     auto probe = make_context(GE2_DEVICE_CUDA);
     if (!cutlass_offered(probe.get())) return;
@@ -232,7 +232,6 @@ TEST_CASE("gpu cutlass: tuning times CUTLASS beside cuBLASLt, stores it, and pic
     CHECK(nlohmann::json::parse(text)["tuning"]["stale_rows_ignored"] == 0);
     CHECK_MESSAGE(r.error <= 1e-2, "error " << r.error);
   }
-  std::remove(db.c_str());
 }
 
 TEST_CASE("gpu cutlass: layouts the family cannot run are refused when forced, with the reason") {
@@ -441,8 +440,7 @@ TEST_CASE("gpu cutlass: tuning times a gated unit's epilogue itself, under a key
     auto probe = make_context(GE2_DEVICE_CUDA);
     if (!cutlass_offered(probe.get())) return;
   }
-  const std::string db = "/tmp/ge2-gpu-gated-tune-" + std::to_string(::getpid()) + ".sqlite";
-  std::remove(db.c_str());
+  const std::string db = (scratch_subdir("gpu-gated-tune") / "tunedb.sqlite").string();
   DeviceMemory memory;
   const GluCase c{.dtype = GE2_DTYPE_BF16,
                   .act = GE2_ACT_SILU,
@@ -493,7 +491,6 @@ TEST_CASE("gpu cutlass: tuning times a gated unit's epilogue itself, under a key
     REQUIRE(ge2_context_describe(context.get(), &text) == GE2_OK);
     CHECK(nlohmann::json::parse(text)["tuning"]["stale_rows_ignored"] == 0);
   }
-  std::remove(db.c_str());
 }
 
 TEST_CASE("gpu cutlass: gated units the epilogue cannot take run unfused, and the plan says why") {

@@ -15,6 +15,7 @@
 #include <cstdio>
 
 #include "support/gpu_helpers.hpp"
+#include "support/scratch_dir.hpp"
 
 using namespace ge2::test;
 
@@ -72,8 +73,7 @@ TEST_CASE("gpu dynamic: wide blocks in f16 and bf16 at a spread of token counts"
 }
 
 TEST_CASE("gpu dynamic: the tuning mode tunes each bucket at compile, executions never tune") {
-  const std::string db = "/tmp/ge2-gpu-dynamic-tune-" + std::to_string(::getpid()) + ".sqlite";
-  std::remove(db.c_str());
+  const std::string db = (scratch_subdir("gpu-dynamic-tune") / "tunedb.sqlite").string();
   {
     ContextPtr context = make_tuning_context(GE2_DEVICE_CUDA, GE2_TUNE_TUNE, db);
     DeviceMemory memory;
@@ -85,7 +85,6 @@ TEST_CASE("gpu dynamic: the tuning mode tunes each bucket at compile, executions
       CHECK(ffn.run(memory, tokens) <= gpu_tolerance(GE2_DTYPE_F16, nullptr));
     CHECK(tuned_in_this_process(context.get()) == tuned);
   }
-  std::remove(db.c_str());
 }
 
 TEST_CASE("gpu dynamic: host pointers at an extent are staged with that extent's bytes") {

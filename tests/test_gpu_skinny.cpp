@@ -13,6 +13,7 @@
 
 #include "support/gpu_helpers.hpp"
 #include "support/scoped_env.hpp"
+#include "support/scratch_dir.hpp"
 #include "tunedb/tunedb.hpp"
 
 using namespace ge2::test;
@@ -148,8 +149,7 @@ TEST_CASE("gpu skinny: pointers not 16-byte aligned run on cuBLASLt, the same pl
 }
 
 TEST_CASE("gpu skinny: the tuning mode times it beside cuBLASLt and stores its row") {
-  const std::string db = "/tmp/ge2-gpu-skinny-tune-" + std::to_string(::getpid()) + ".sqlite";
-  std::remove(db.c_str());
+  const std::string db = (scratch_subdir("gpu-skinny-tune") / "tunedb.sqlite").string();
   DeviceMemory memory;
   GemmCase c;
   c.dtype = GE2_DTYPE_BF16;
@@ -181,6 +181,5 @@ TEST_CASE("gpu skinny: the tuning mode times it beside cuBLASLt and stores its r
       CHECK(row.algo.value("configuration", "").find("columns per block") != std::string::npos);
     }
   CHECK(rows == 1);
-  std::remove(db.c_str());
 }
 #endif  // GE2_TEST_WITH_CUDA

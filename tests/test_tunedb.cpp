@@ -16,6 +16,7 @@
 #include "core/error.hpp"
 #include "select/selector.hpp"
 #include "select/tune_key.hpp"
+#include "support/scratch_dir.hpp"
 #include "tunedb/tunedb.hpp"
 #include "tunedb/tunedb_access.hpp"
 #include "tunedb/tunedb_jsonl.hpp"
@@ -25,11 +26,7 @@ using namespace ge2;
 namespace {
 
 std::string temp_db(const char* name) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / fmt::format("ge2-test-{}-{}", getpid(), name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return (dir / "tunedb.sqlite").string();
+  return (test::scratch_subdir(name) / "tunedb.sqlite").string();
 }
 
 TuneRecord record(std::int64_t m, double time_us, const std::string& device = "H200|sm90|132") {

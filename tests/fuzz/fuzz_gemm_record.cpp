@@ -2,8 +2,6 @@
 // is parsed and validated; a file with a bad line is refused with a status. A
 // valid file's records, appended to a new record file and read back, must be the
 // same records. Any crash, sanitizer report or difference is a finding.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -13,15 +11,11 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "support/scratch_dir.hpp"
 #include "tunedb/gemm_record.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const std::string dir = [] {
-    const auto path = std::filesystem::temp_directory_path() /
-                      ("ge2-fuzz-gemm-record-" + std::to_string(getpid()));
-    std::filesystem::create_directories(path);
-    return path.string();
-  }();
+  static const std::string dir = ge2::test::scratch_subdir("fuzz-gemm-record").string();
   const std::string input = dir + "/input.jsonl", again = dir + "/again.jsonl";
   std::ofstream(input, std::ios::binary)
       .write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));

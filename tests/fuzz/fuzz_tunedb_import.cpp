@@ -2,25 +2,20 @@
 // parsed and validated; valid records are stored (all in one transaction) and
 // read back by key. Any crash, sanitizer report, or a stored row that does not
 // read back equal to what was imported is a finding.
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
+#include "support/scratch_dir.hpp"
 #include "tunedb/tunedb.hpp"
 #include "tunedb/tunedb_jsonl.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static ge2::TuneDb db = [] {
-    const auto path = std::filesystem::temp_directory_path() /
-                      ("ge2-fuzz-tunedb-" + std::to_string(getpid()) + ".sqlite");
-    std::filesystem::remove(path);
-    return ge2::TuneDb(path.string(), ge2::TuneDb::Mode::ReadWrite);
-  }();
+  // In a scratch directory that goes at exit (the database is closed before it).
+  static ge2::TuneDb db((ge2::test::scratch_subdir("fuzz-tunedb") / "tunedb.sqlite").string(),
+                        ge2::TuneDb::Mode::ReadWrite);
   const std::string text(reinterpret_cast<const char*>(data), size);
   std::vector<ge2::TuneRecord> records;
   std::size_t begin = 0;
