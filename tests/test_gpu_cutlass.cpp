@@ -493,6 +493,53 @@ TEST_CASE("gpu cutlass: tuning times a gated unit's epilogue itself, under a key
   }
 }
 
+// The gated kernel reads a copy of the weights interleaved at compile (180 MB here). Run 21
+// (H100): the tuner's check of that kernel at 16x22016x4096 found zeros and left it untimed;
+// the copy ran on the legacy default stream, not ordered before kernels on non-blocking
+// streams (the tuner's, a caller's).
+TEST_CASE(
+    "gpu cutlass: a gated plan's weight copy is done before its first run on a non-blocking "
+    "stream, and the tuner checks and times the gated kernel at 16 rows") {
+  {
+    auto probe = make_context(GE2_DEVICE_CUDA);
+    if (!cutlass_offered(probe.get())) return;
+  }
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  {
+    DeviceMemory memory(stream);
+    GluCase c{.dtype = GE2_DTYPE_BF16,
+              .act = GE2_ACT_SILU,
+              .tokens = 16,
+              .hidden = 4096,
+              .intermediate = 11008,
+              .trans_b = true,
+              .force_kernel = "cutlass_bf16_128x128"};
+    for (int run = 0; run < 3; ++run) {  // each compile makes a new copy
+      const GemmResult r = run_glu_case(make_context(GE2_DEVICE_CUDA).get(), memory, c);
+      CHECK_MESSAGE(r.error <= 1e-2, c.label() << " run " << run << " error " << r.error);
+      const auto plan = nlohmann::json::parse(r.plan_json);
+      REQUIRE(plan["steps"].size() == 1);
+      CHECK(plan["steps"][0]["kernel"]["configuration"].get<std::string>().ends_with(
+          "gated epilogue"));
+    }
+    const std::string db = (scratch_subdir("gpu-gated-16-rows") / "tunedb.sqlite").string();
+    c.force_kernel = nullptr;
+    ContextPtr tuning = make_tuning_context(GE2_DEVICE_CUDA, GE2_TUNE_TUNE, db);
+    const GemmResult r = run_glu_case(tuning.get(), memory, c);
+    CHECK_MESSAGE(r.error <= 1e-2, "tuned: error " << r.error);
+    int gated_rows = 0;
+    for (const auto& candidate : selection_of(r.plan_json)["candidates"]) {
+      if (candidate["kernel"] != "cutlass_bf16_128x128" || !candidate["feasible"].get<bool>())
+        continue;
+      ++gated_rows;
+      CHECK_MESSAGE(candidate["measured"].get<bool>(), candidate["reason"]);
+    }
+    CHECK(gated_rows == 1);
+  }
+  CHECK(cudaStreamDestroy(stream) == cudaSuccess);
+}
+
 TEST_CASE("gpu cutlass: gated units the epilogue cannot take run unfused, and the plan says why") {
   auto context = make_context(GE2_DEVICE_CUDA);
   if (!cutlass_offered(context.get())) return;

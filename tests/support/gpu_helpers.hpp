@@ -18,6 +18,8 @@ namespace ge2::test {
 
 class DeviceMemory final : public Memory {
  public:
+  // `stream`: where the helpers execute plans (nullptr: the legacy default stream).
+  explicit DeviceMemory(cudaStream_t stream = nullptr) : stream_(stream) {}
   ~DeviceMemory() override {
     for (void* p : allocations_) cudaFree(p);
   }
@@ -26,14 +28,19 @@ class DeviceMemory final : public Memory {
     REQUIRE(cudaMalloc(&p, t.bytes.size()) == cudaSuccess);
     allocations_.push_back(p);
     REQUIRE(cudaMemcpy(p, t.bytes.data(), t.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+    // From pageable memory the copy's DMA may still run; a non-blocking stream is not ordered
+    // after it.
+    REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
     return p;
   }
   void download(void* p, HostTensor& t) override {
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     REQUIRE(cudaMemcpy(t.bytes.data(), p, t.bytes.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
   }
+  void* stream() override { return stream_; }
 
  private:
+  cudaStream_t stream_;
   std::vector<void*> allocations_;
 };
 

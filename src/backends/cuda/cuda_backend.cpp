@@ -202,6 +202,10 @@ class CudaBackend final : public Backend {
   void upload(Buffer& destination, const void* host, std::size_t bytes) override {
     const DeviceGuard device_guard(ordinal_);
     GE2_CUDA_CHECK(cudaMemcpy(destination.data(), host, bytes, cudaMemcpyHostToDevice));
+    // From pageable memory cudaMemcpy returns once the bytes are staged, its DMA on the legacy
+    // default stream maybe still running: an execution on a non-blocking stream is not
+    // ordered after it.
+    GE2_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   }
   std::unique_ptr<PlanDeviceState> make_plan_state(bool graph_replay) override {
     const DeviceGuard device_guard(ordinal_);
