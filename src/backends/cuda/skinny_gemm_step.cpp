@@ -13,8 +13,9 @@
 namespace ge2::cuda {
 namespace {
 
-// GE2_SKINNY_TENSOR_CORES=1 opts into the tensor-core form, which has not been
-// measured on a device yet (docs/selector.md, "cuda_skinny"); 0 or unset: off.
+// GE2_SKINNY_TENSOR_CORES=1 opts into the tensor-core form, which measured no
+// faster than cuBLASLt from two rows on (run 21; docs/selector.md, "cuda_skinny");
+// 0 or unset: off.
 bool tensor_cores_requested() {
   const char* text = std::getenv("GE2_SKINNY_TENSOR_CORES");
   if (text == nullptr || *text == '\0' || std::string_view(text) == "0") return false;
