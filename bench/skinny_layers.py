@@ -57,15 +57,19 @@ def main():
                         vx, vw, vb = g.input("x", (m, k), dtype_name), g.input("w", (n, k), dtype_name), \
                             g.input("b", (n,), dtype_name)
                         g.output(g.gemm_bias_act(vx, vw, vb, act=act, trans_b=True), "y")
-                        # Read when the plan is compiled (opt-in until measured: docs/selector.md).
+                        # Read when the plan is compiled (opt-in: docs/selector.md, run 21).
+                        previous = os.environ.get("GE2_SKINNY_TENSOR_CORES")
                         os.environ["GE2_SKINNY_TENSOR_CORES"] = "1" if suffix == "_skinny_tc" else "0"
                         try:
                             plan = g.compile(ctx, force_kernel=force)
                         except ge2.Ge2Error as e:  # cuda_skinny refused (rows, columns): say why
                             kernels[f"ge2_{name}{suffix}"] = f"refused: {e}"
                             continue
-                        finally:
-                            os.environ.pop("GE2_SKINNY_TENSOR_CORES")
+                        finally:  # the caller's setting back
+                            if previous is None:
+                                os.environ.pop("GE2_SKINNY_TENSOR_CORES")
+                            else:
+                                os.environ["GE2_SKINNY_TENSOR_CORES"] = previous
                         y = torch.empty(m, n, device="cuda", dtype=dtype)
                         key = f"ge2_{name}{suffix}"
                         runs[key] = lambda p=plan, y=y: p.execute({"x": x, "w": w, "b": b, "y": y})
