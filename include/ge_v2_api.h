@@ -500,7 +500,10 @@ GE2_API ge2_status_t(ge2_compile_options_init)(ge2_compile_options_t* options);
 /*
 ** ge2_plan_compile: validate the graph, infer shapes, fuse, remove dead nodes,
 ** choose a kernel for every node and allocate intermediate buffers. The plan
-** is independent of the graph afterwards. options may be NULL.
+** is independent of the graph afterwards. options may be NULL. On CUDA the
+** plan's device data (constants, weights prepared for its kernels) are in
+** place when it returns: its first execution may go on any stream at once,
+** non-blocking ones included, without a synchronisation by the caller.
 ** Errors: GE2_ERROR_INVALID_ARGUMENT (no outputs, bad option),
 ** GE2_ERROR_UNSUPPORTED (a forced kernel cannot run a node), device errors.
 */
