@@ -529,13 +529,14 @@ TEST_CASE(
     const GemmResult r = run_glu_case(tuning.get(), memory, c);
     CHECK_MESSAGE(r.error <= 1e-2, "tuned: error " << r.error);
     int gated_rows = 0;
-    for (const auto& candidate : selection_of(r.plan_json)["candidates"]) {
+    const auto selection = selection_of(r.plan_json);  // a range-for keeps no temporary alive
+    for (const auto& candidate : selection["candidates"]) {
       if (candidate["kernel"] != "cutlass_bf16_128x128" || !candidate["feasible"].get<bool>())
         continue;
       ++gated_rows;
       CHECK_MESSAGE(candidate["measured"].get<bool>(), candidate["reason"]);
     }
-    CHECK(gated_rows == 1);
+    CHECK_MESSAGE(gated_rows == 1, "the tuned plan: " << r.plan_json);
   }
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);
 }

@@ -26,7 +26,8 @@ std::string bucket_table(const ge2_plan_t* plan) {
   const char* text = nullptr;
   REQUIRE(ge2_plan_describe(plan, &text) == GE2_OK);
   std::string table;
-  for (const auto& bucket : nlohmann::json::parse(text)["dynamic"]["buckets"]) {
+  const auto description = nlohmann::json::parse(text);  // a range-for keeps no temporary alive
+  for (const auto& bucket : description["dynamic"]["buckets"]) {
     table += fmt::format("\n  {}-{}:", bucket["first"].get<std::int64_t>(),
                          bucket["last"].get<std::int64_t>());
     for (const auto& gemm : bucket["gemms"]) table += " " + gemm["kernel"].get<std::string>();

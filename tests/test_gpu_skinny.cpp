@@ -109,7 +109,8 @@ TEST_CASE("gpu skinny: chosen untuned for decode-sized nn.Linear layers; batches
     auto r = run_gemm_case(context.get(), memory, c);
     CHECK(chosen_kernel(r.plan_json) == "cuda_skinny");
     CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
-    for (const auto& step : nlohmann::json::parse(r.plan_json)["steps"])
+    const auto plan = nlohmann::json::parse(r.plan_json);  // a range-for keeps no temporary alive
+    for (const auto& step : plan["steps"])
       if (step.contains("selection")) CHECK(step["kernel"]["separate_activation_kernel"] == false);
     // Three batches of two rows over one weight: six rows, one launch (forced:
     // untuned, more than one row goes to cuBLASLt).
