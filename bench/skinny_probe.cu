@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
       CUDA_OR_DIE(cudaMemcpyAsync(ref.data(), d0, ref.size() * 2, cudaMemcpyDeviceToHost, stream));
       for (std::size_t v = 0; v < variants.size(); ++v) {
         variants[v].launch(with(0, d), stream);
+        CUDA_OR_DIE(cudaGetLastError());  // a launch that fails would time as a few microseconds
         CUDA_OR_DIE(cudaMemcpyAsync(got.data(), d, got.size() * 2, cudaMemcpyDeviceToHost, stream));
         CUDA_OR_DIE(cudaStreamSynchronize(stream));
         double num = 0, den = 0;
