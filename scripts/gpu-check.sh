@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 through the device tool (see docs/gpu-validation.md):
-#   scripts/gpu-check.sh [tests|activations|cutlass|epilogue|reliability|wheels|sanitize|tune|notebook|profile|dynamic|fp8|gated|ffn|torch|skinny|bench|all]...
+#   scripts/gpu-check.sh [tests|activations|cutlass|epilogue|reliability|wheels|sanitize|tune|notebook|profile|dynamic|fp8|gated|ffn|torch|skinny|elementwise|bench|all]...
 # Uses the build folder made on the development machine (build-gpu, carried;
 # the device lacks sqlite3.h), runs the gpu-labelled tests, the sample, the
 # sanitizers and the benchmarks, and prints a short table last. Logs go to $OUT.
@@ -199,6 +199,16 @@ for mode in $modes; do
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$ROOT/bench \
       timeout "${SKINNY_TIMEOUT:-300}" python3 "$ROOT/bench/skinny_layers.py" --out "$OUT" ${SKINNY_ARGS:-} > "$OUT/skinny_layers.log" 2>&1
     note "skinny layers: exit $? (skinny_layers.log)"
+    ;;&
+  elementwise)
+    # The flat elementwise pass's geometries against each other (bench/elementwise_probe.cu;
+    # built on request: cmake --build build --target elementwise_probe) and the layer's kernels.
+    timeout 200 "$BUILD/bench/elementwise_probe" --json "$OUT/elementwise_probe.json" \
+      > "$OUT/elementwise_probe.log" 2>&1
+    note "elementwise probe: exit $? (elementwise_probe.log)"
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python \
+      python3 "$ROOT/bench/layer_kernels.py" --out "$OUT" > "$OUT/layer_kernels.log" 2>&1
+    note "layer kernels: exit $? (layer_kernels.log)"
     ;;&
   dynamic | all)
     # The dynamic extent: its GPU cases (the first also under memcheck: buffers sized for exactly
