@@ -2,11 +2,12 @@
 // fastest for 1-16 rows? The CUDA-core form (src/backends/cuda/skinny_gemm.cuh:
 // warps per block x columns per warp x vectors in flight per column) against
 // the tensor-core form (skinny_mma.cuh: warps per block x 8-column tiles per
-// block x steps in flight per warp), fp16, on FFN weights of 7B-70B models.
-// Each variant runs R launches between two events over weights rotated through
-// more memory than L2 holds; median of rounds, order rotated and reversed every
-// round. Every variant's output is compared with the first one's. Built on
-// request: cmake --build build --target skinny_probe; gpu-check.sh skinny runs it.
+// block x steps in flight per warp, "contiguous": a warp's steps in flight are
+// consecutive along K rather than interleaved with the other warps'), fp16, on FFN weights of
+// 7B-70B models. Each variant runs R launches between two events over weights rotated through more
+// memory than L2 holds; median of rounds, order rotated and reversed every round. Every variant's
+// output is compared with the first one's. Built on request: cmake --build build --target
+// skinny_probe; gpu-check.sh skinny runs it.
 //
 //   skinny_probe [--rounds N] [--json FILE] [--rows 1,2,4,8,16]
 #include <cuda_fp16.h>
@@ -40,10 +41,11 @@ Variant variant() {
           [](const Params& p, cudaStream_t s) { launch<__half, Config<W, C, U>, 16>(p, 1, s); }};
 }
 
-template <int W, int T, int U>
+template <int W, int T, int U, bool C = false>
 Variant mma_variant() {
-  return {fmt::format("mma {}w x {}t x {}u", W, T, U),
-          [](const Params& p, cudaStream_t s) { launch_mma<__half, MmaConfig<W, T, U>>(p, 1, s); }};
+  return {
+      fmt::format("mma {}w x {}t x {}u{}", W, T, U, C ? " contiguous" : ""),
+      [](const Params& p, cudaStream_t s) { launch_mma<__half, MmaConfig<W, T, U, C>>(p, 1, s); }};
 }
 
 }  // namespace
@@ -61,10 +63,11 @@ int main(int argc, char** argv) {
         row_counts.push_back(std::clamp(std::atoi(item), 1, 16));
     }
   }
-  const std::vector<Variant> variants = {variant<8, 2, 2>(),      mma_variant<8, 2, 4>(),
-                                         mma_variant<8, 4, 2>(),  mma_variant<8, 4, 4>(),
-                                         mma_variant<4, 4, 4>(),  mma_variant<16, 2, 2>(),
-                                         mma_variant<16, 4, 2>(), mma_variant<4, 8, 4>()};
+  const std::vector<Variant> variants = {
+      variant<8, 2, 2>(),           mma_variant<8, 2, 4>(),        mma_variant<16, 4, 2>(),
+      mma_variant<8, 4, 4>(),       mma_variant<8, 2, 2, true>(),  mma_variant<8, 2, 4, true>(),
+      mma_variant<8, 2, 8, true>(), mma_variant<16, 2, 4, true>(), mma_variant<4, 2, 4, true>(),
+      mma_variant<8, 4, 4, true>(), mma_variant<16, 4, 2, true>(), mma_variant<4, 4, 8, true>()};
   const std::vector<std::pair<int, int>> shapes = {{4096, 4096},  {11008, 4096}, {4096, 11008},
                                                    {14336, 4096}, {4096, 14336}, {8192, 8192},
                                                    {57344, 8192}, {8192, 28672}};  // (N, K)

@@ -26,10 +26,14 @@
 
 namespace ge2::cuda::skinny {
 
-// Warps per block (splitting K), 8-column tiles per block, steps in flight per warp.
-template <int kWarpsT, int kTilesT, int kUnrollT>
+// Warps per block (splitting K), 8-column tiles per block, steps in flight per
+// warp; with kContiguous a warp's kUnroll steps in flight are consecutive (a
+// run of 64 kUnroll bytes of each B row), else they are kWarps steps apart and
+// the block's warps together read each row front to back.
+template <int kWarpsT, int kTilesT, int kUnrollT, bool kContiguousT = false>
 struct MmaConfig {
   static constexpr int kWarps = kWarpsT, kTiles = kTilesT, kUnroll = kUnrollT;
+  static constexpr bool kContiguous = kContiguousT;
   static constexpr int kColumnsPerBlock = 8 * kTiles;
 };
 
@@ -82,12 +86,13 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps) mma_kernel(Params p) {
 
   float acc[kTiles][4] = {};
   const int steps = (p.k + 31) / 32;
-  for (int s0 = warp; s0 < steps; s0 += kWarps * kUnroll) {
+  constexpr int kStepStride = Cfg::kContiguous ? 1 : kWarps;  // between a warp's steps in a round
+  for (int s0 = Cfg::kContiguous ? warp * kUnroll : warp; s0 < steps; s0 += kWarps * kUnroll) {
     // Every load of the round first: they are in flight together.
     uint4 bv[kUnroll][kTiles], av[kUnroll][2];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int k = 32 * (s0 + u * kWarps);
+      const int k = 32 * (s0 + u * kStepStride);
       const bool in_k = k + 8 * t < p.k;  // K is a multiple of 8: a vector is all in or all out
 #pragma unroll
       for (int i = 0; i < kTiles; ++i)  // read once: streamed past L1
