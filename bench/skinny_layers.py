@@ -97,7 +97,7 @@ def main():
                       f"tc {best(device, 'ge2_none_skinny_tc'):6.1f} "
                       f"lt {best(device, 'ge2_none_lt'):6.1f} torch {device['torch_none']:6.1f} | erf default "
                       f"{device['ge2_erf']:6.1f} ({kernels['ge2_erf']}) skinny {best(device, 'ge2_erf_skinny'):6.1f} "
-                      f"lt+pass {best(device, 'ge2_erf_lt'):6.1f} torch {device['torch_erf']:6.1f} | eager erf "
+                      f"tc {best(device, 'ge2_erf_skinny_tc'):6.1f} lt+pass {best(device, 'ge2_erf_lt'):6.1f} torch {device['torch_erf']:6.1f} | eager erf "
                       f"default {eager['ge2_erf']:6.1f} torch {eager['torch_erf']:6.1f} | skinny "
                       f"{row['device_gbs'].get('ge2_none_skinny', 0):6.0f} GB/s | max err "
                       f"{max(errors.values()):.1e}", flush=True)
