@@ -26,6 +26,7 @@
 
 #include "cuda_or_die.hpp"
 #include "ge_v2_api.h"
+#include "group_timer.hpp"
 #include "support/reference.hpp"
 
 namespace {
@@ -158,10 +159,6 @@ struct TunedComparison {
   std::string heuristic_algo, tuned_algo;
 };
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 double spread_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const double p10 = v[v.size() / 10], p90 = v[v.size() * 9 / 10];
@@ -227,42 +224,6 @@ class Operands {
   std::vector<void*> da_, db_;
   void *dbias_ = nullptr, *dd_ = nullptr;
   std::size_t d_bytes_ = 0;
-};
-
-// Times groups of back-to-back executions between two events.
-class GroupTimer {
- public:
-  GroupTimer() {
-    CUDA_OR_DIE(cudaEventCreate(&start_));
-    CUDA_OR_DIE(cudaEventCreate(&stop_));
-  }
-  ~GroupTimer() {
-    cudaEventDestroy(start_);
-    cudaEventDestroy(stop_);
-  }
-  GroupTimer(const GroupTimer&) = delete;
-  GroupTimer& operator=(const GroupTimer&) = delete;
-
-  // Executions per group so that a group holds about 2 ms of GPU work (1..50).
-  template <typename Body>
-  int group_size(Body&& body, cudaStream_t stream) {
-    const double single = time_group(body, 1, 0, stream);
-    return static_cast<int>(std::clamp(2000.0 / std::max(single, 1.0), 1.0, 50.0));
-  }
-  // Mean microseconds per execution over one group.
-  template <typename Body>
-  double time_group(Body&& body, int group, int first_set, cudaStream_t stream) {
-    CUDA_OR_DIE(cudaEventRecord(start_, stream));
-    for (int i = 0; i < group; ++i) body(first_set + i);
-    CUDA_OR_DIE(cudaEventRecord(stop_, stream));
-    CUDA_OR_DIE(cudaEventSynchronize(stop_));
-    float ms = 0;
-    CUDA_OR_DIE(cudaEventElapsedTime(&ms, start_, stop_));
-    return ms * 1e3 / group;
-  }
-
- private:
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 
 class Bench {

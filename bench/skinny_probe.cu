@@ -25,6 +25,7 @@
 
 #include "backends/cuda/skinny_mma.cuh"
 #include "cuda_or_die.hpp"
+#include "group_timer.hpp"
 
 namespace {
 
@@ -73,9 +74,7 @@ int main(int argc, char** argv) {
                                                    {57344, 8192}, {8192, 28672}};  // (N, K)
   cudaStream_t stream;
   CUDA_OR_DIE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaEvent_t start, stop;
-  CUDA_OR_DIE(cudaEventCreate(&start));
-  CUDA_OR_DIE(cudaEventCreate(&stop));
+  GroupTimer timer;
   cudaDeviceProp props{};
   CUDA_OR_DIE(cudaGetDeviceProperties(&props, 0));
   nlohmann::json rows = nlohmann::json::array();
@@ -135,25 +134,14 @@ int main(int argc, char** argv) {
       }
       const int reps = 20;
       for (int round = 0; round < rounds; ++round) {
-        std::vector<std::size_t> order(variants.size());
-        for (std::size_t i = 0; i < order.size(); ++i) order[i] = (i + round) % order.size();
-        if (round % 2) std::reverse(order.begin(), order.end());
-        for (std::size_t v : order) {
-          CUDA_OR_DIE(cudaEventRecord(start, stream));
-          for (int r = 0; r < reps; ++r) variants[v].launch(with(r, d), stream);
-          CUDA_OR_DIE(cudaEventRecord(stop, stream));
-          CUDA_OR_DIE(cudaEventSynchronize(stop));
-          float ms = 0;
-          CUDA_OR_DIE(cudaEventElapsedTime(&ms, start, stop));
-          times[v].push_back(ms * 1e3 / reps);
-        }
+        for (std::size_t v : rotated_order(variants.size(), round))
+          times[v].push_back(timer.time_group(
+              [&](int r) { variants[v].launch(with(r, d), stream); }, reps, 0, stream));
       }
       nlohmann::json row = {{"m", m}, {"n", n}, {"k", k}};
       std::string line = fmt::format("{:2d}x{:5d}x{:5d}:", m, n, k);
       for (std::size_t v = 0; v < variants.size(); ++v) {
-        auto& t = times[v];
-        std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-        const double us = t[t.size() / 2];
+        const double us = median_of(times[v]);
         const double gbs = (b_bytes + 2.0 * m * (k + n)) / (us * 1e3);
         row["variants"][variants[v].name] = {
             {"us", us}, {"gbs", gbs}, {"difference", difference[v]}};
