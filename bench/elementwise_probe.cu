@@ -1,11 +1,11 @@
 // elementwise_probe: which geometry of the flat elementwise pass
 // (src/backends/cuda/elementwise_flat.cuh: threads per block x vectors in flight
-// per thread, grid capped at blocks per SM, next round loaded before this one is
-// computed) runs the erf-GELU pass after a GEMM fastest? The pass runs in place,
+// per thread) runs the erf-GELU pass after a GEMM fastest? The pass runs in place,
 // as a plan runs it on a GEMM's D: "warm" repeats it on one buffer (a D up to
 // about half of L2 stays there, as it does right after its GEMM), "cold" rotates
 // through copies that span 4x L2. Each variant runs R launches between two
-// events; median of rounds, order rotated and reversed every round. Every
+// events (bench/group_timer.hpp); median of rounds, order rotated and reversed
+// every round. Every
 // variant's output must equal the first one's bit for bit (same formula).
 // Built on request: cmake --build build --target elementwise_probe.
 //
@@ -25,6 +25,7 @@
 
 #include "backends/cuda/elementwise_flat.cuh"
 #include "cuda_or_die.hpp"
+#include "group_timer.hpp"
 
 namespace {
 
@@ -33,28 +34,21 @@ using namespace ge2::cuda;
 
 struct Variant {
   std::string name;
-  std::function<void(const flat::Params&, int sms, cudaStream_t)> launch;
+  std::function<void(const flat::Params&, cudaStream_t)> launch;
 };
 
-template <typename T, typename Op, int kThreads, int kUnroll, int kPerSm, bool kPipelined>
+template <typename T, typename Op, int kThreads, int kUnroll>
 Variant variant() {
-  using Cfg = flat::Config<kThreads, kUnroll, kPerSm, kPipelined>;
-  std::string name = fmt::format("{}x{}", kThreads, kUnroll);
-  if (kPerSm) name += fmt::format(" cap{}", kPerSm);
-  if (kPipelined) name += " pipe";
-  return {name, [](const flat::Params& p, int sms, cudaStream_t s) {
-            flat::launch<T, Cfg>(p, Op{}, sms, s);
+  return {fmt::format("{}x{}", kThreads, kUnroll), [](const flat::Params& p, cudaStream_t s) {
+            flat::launch<T, flat::Config<kThreads, kUnroll>>(p, Op{}, s);
           }};
 }
 
+// The library's geometry (128 x 1) and the former one (256 x 4) among their neighbours.
 template <typename T, typename Op>
 std::vector<Variant> variants() {
-  return {variant<T, Op, 256, 4, 0, false>(), variant<T, Op, 256, 2, 0, false>(),
-          variant<T, Op, 256, 1, 0, false>(), variant<T, Op, 128, 1, 0, false>(),
-          variant<T, Op, 128, 2, 0, false>(), variant<T, Op, 512, 1, 0, false>(),
-          variant<T, Op, 256, 1, 8, true>(),  variant<T, Op, 256, 2, 4, true>(),
-          variant<T, Op, 128, 2, 8, true>(),  variant<T, Op, 256, 4, 2, true>(),
-          variant<T, Op, 512, 1, 4, true>(),  variant<T, Op, 256, 2, 8, false>()};
+  return {variant<T, Op, 256, 4>(), variant<T, Op, 256, 2>(), variant<T, Op, 256, 1>(),
+          variant<T, Op, 128, 1>(), variant<T, Op, 128, 2>(), variant<T, Op, 512, 1>()};
 }
 
 template <typename T>
@@ -75,9 +69,7 @@ template <typename T, typename Op>
 void probe(const char* dtype, const char* op_name, const Options& o, const cudaDeviceProp& props,
            cudaStream_t stream, nlohmann::json& out) {
   const auto vs = variants<T, Op>();
-  cudaEvent_t start, stop;
-  CUDA_OR_DIE(cudaEventCreate(&start));
-  CUDA_OR_DIE(cudaEventCreate(&stop));
+  GroupTimer timer;
   std::mt19937 engine(11);
   std::normal_distribution<float> normal(0.f, 2.f);
   for (long long cols : o.cols)
@@ -110,7 +102,7 @@ void probe(const char* dtype, const char* op_name, const Options& o, const cudaD
       std::vector<bool> same(vs.size(), true);
       for (std::size_t v = 0; v < vs.size(); ++v) {
         CUDA_OR_DIE(cudaMemsetAsync(dst, 0xff, bytes, stream));
-        vs[v].launch(params(src, dst), props.multiProcessorCount, stream);
+        vs[v].launch(params(src, dst), stream);
         CUDA_OR_DIE(cudaGetLastError());  // a launch that fails would time as a few microseconds
         CUDA_OR_DIE(cudaMemcpyAsync(v ? got.data() : first.data(), dst, bytes,
                                     cudaMemcpyDeviceToHost, stream));
@@ -122,33 +114,24 @@ void probe(const char* dtype, const char* op_name, const Options& o, const cudaD
         std::vector<std::vector<double>> times(vs.size());
         const int reps = 20;
         for (int round = 0; round < o.rounds; ++round) {
-          std::vector<std::size_t> order(vs.size());
-          for (std::size_t i = 0; i < order.size(); ++i) order[i] = (i + round) % order.size();
-          if (round % 2) std::reverse(order.begin(), order.end());
-          for (std::size_t v : order) {
+          for (std::size_t v : rotated_order(vs.size(), round)) {
             // The in-place pass changes its buffer: reload it so every round sees the same data.
             for (auto& b : bufs)
               CUDA_OR_DIE(cudaMemcpyAsync(b, src, bytes, cudaMemcpyDeviceToDevice, stream));
-            if (warm) vs[v].launch(params(bufs[0], bufs[0]), props.multiProcessorCount, stream);
-            CUDA_OR_DIE(cudaEventRecord(start, stream));
-            for (int r = 0; r < reps; ++r) {
-              void* b = bufs[warm ? 0 : r % copies];
-              vs[v].launch(params(b, b), props.multiProcessorCount, stream);
-            }
-            CUDA_OR_DIE(cudaEventRecord(stop, stream));
-            CUDA_OR_DIE(cudaEventSynchronize(stop));
-            float ms = 0;
-            CUDA_OR_DIE(cudaEventElapsedTime(&ms, start, stop));
-            times[v].push_back(ms * 1e3 / reps);
+            if (warm) vs[v].launch(params(bufs[0], bufs[0]), stream);
+            times[v].push_back(timer.time_group(
+                [&](int r) {
+                  void* b = bufs[warm ? 0 : r % copies];
+                  vs[v].launch(params(b, b), stream);
+                },
+                reps, 0, stream));
           }
         }
         nlohmann::json row = {
             {"dtype", dtype}, {"op", op_name}, {"rows", rows}, {"cols", cols}, {"mode", mode}};
         std::string line = fmt::format("{} {} {:5d}x{:5d} {}:", dtype, op_name, rows, cols, mode);
         for (std::size_t v = 0; v < vs.size(); ++v) {
-          auto& t = times[v];
-          std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-          const double us = t[t.size() / 2];
+          const double us = median_of(times[v]);
           row["variants"][vs[v].name] = {
               {"us", us}, {"gbs", 2.0 * bytes / (us * 1e3)}, {"same", bool(same[v])}};
           line += fmt::format("  {} {:.2f}{}", vs[v].name, us, same[v] ? "" : " MISMATCH");
@@ -160,8 +143,6 @@ void probe(const char* dtype, const char* op_name, const Options& o, const cudaD
       CUDA_OR_DIE(cudaFree(src));
       CUDA_OR_DIE(cudaFree(dst));
     }
-  CUDA_OR_DIE(cudaEventDestroy(start));
-  CUDA_OR_DIE(cudaEventDestroy(stop));
 }
 
 std::vector<long long> parse_list(char* text) {

@@ -122,8 +122,7 @@ void with_op(const ElementwiseParams& p, Launch&& launch) {
 // took 4-5 us, launch-bound). The former 256 threads x 4 vectors put a 512-row
 // pass into less than one wave of large blocks: 8.6 against 7.8 us warm, 11.4
 // against 10.7 cold.
-using FlatConfig = flat::Config<128, 1, 0, false>;
-static_assert(FlatConfig::kBlocksPerSm == 0, "a capped grid would need the device's SM count");
+using FlatConfig = flat::Config<128, 1>;
 
 template <typename T>
 void launch_typed(const ElementwiseParams& p, bool vectorise, bool dense, cudaStream_t stream) {
@@ -132,7 +131,7 @@ void launch_typed(const ElementwiseParams& p, bool vectorise, bool dense, cudaSt
     const long long per_row = p.cols / (16 / static_cast<long long>(sizeof(T)));
     const flat::Params fp{
         p.x, p.y, p.bias, p.out, p.batch * p.rows * per_row, per_row, p.has_bias != 0};
-    with_op(p, [&](auto op) { flat::launch<T, FlatConfig>(fp, op, 0, stream); });
+    with_op(p, [&](auto op) { flat::launch<T, FlatConfig>(fp, op, stream); });
     return;
   }
   if (vectorise) {

@@ -1,8 +1,11 @@
 // The flat form of the elementwise pass, out = act(combine(x_act(x), y) + bias)
 // over dense tensors seen as one run of 16-byte vectors: the erf-GELU pass after
-// a cuBLASLt GEMM and the gated multiply take it. Its geometry is a template
-// parameter so that bench/elementwise_probe.cu can time configurations of the
-// very kernel the library runs (elementwise.cu instantiates one).
+// a cuBLASLt GEMM takes it, and an add or multiply whose y is laid out like x.
+// Its geometry is a template parameter so that bench/elementwise_probe.cu can
+// time configurations of the very kernel the library runs (elementwise.cu
+// instantiates one). Run 22 also timed grids capped at 2-8 blocks per SM, with
+// and without the next round loaded early: slower from 2048 rows, no better
+// below (bench/results/2026-12-06-h100-run22), so there is no such option.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,13 +26,11 @@ struct Params {
   bool has_bias;
 };
 
-// Threads per block; vectors each thread has in flight per round; blocks per
-// SM at most (0: as many blocks as the tensor needs, each thread one round).
-// With kPipelined, a thread loads its next round before it computes this one.
-template <int kThreadsT, int kUnrollT, int kBlocksPerSmT, bool kPipelinedT>
+// Threads per block and vectors each thread has in flight per round; the grid
+// has as many blocks as the tensor needs.
+template <int kThreadsT, int kUnrollT>
 struct Config {
-  static constexpr int kThreads = kThreadsT, kUnroll = kUnrollT, kBlocksPerSm = kBlocksPerSmT;
-  static constexpr bool kPipelined = kPipelinedT;
+  static constexpr int kThreads = kThreadsT, kUnroll = kUnrollT;
 };
 
 template <typename Cfg>
@@ -69,35 +70,19 @@ __global__ void __launch_bounds__(Cfg::kThreads) kernel(Params p, Op op) {
   constexpr long long kPerBlock = static_cast<long long>(Cfg::kThreads) * Cfg::kUnroll;
   const long long step = static_cast<long long>(gridDim.x) * kPerBlock;
   long long first = static_cast<long long>(blockIdx.x) * kPerBlock + threadIdx.x;
-  uint4 in[Cfg::kUnroll], other[Cfg::kUnroll];
-  if constexpr (Cfg::kPipelined) {
-    if (first < p.vectors) load_round<Cfg>(p, first, in, other, op.reads_y());
-    for (; first < p.vectors; first += step) {
-      uint4 next_in[Cfg::kUnroll], next_other[Cfg::kUnroll];
-      if (first + step < p.vectors)
-        load_round<Cfg>(p, first + step, next_in, next_other, op.reads_y());
-      store_round<T, Cfg>(p, op, first, in, other);
-#pragma unroll
-      for (int u = 0; u < Cfg::kUnroll; ++u) {
-        in[u] = next_in[u];
-        other[u] = next_other[u];
-      }
-    }
-  } else {
-    for (; first < p.vectors; first += step) {
-      load_round<Cfg>(p, first, in, other, op.reads_y());
-      store_round<T, Cfg>(p, op, first, in, other);
-    }
+  for (; first < p.vectors; first += step) {
+    uint4 in[Cfg::kUnroll], other[Cfg::kUnroll];
+    load_round<Cfg>(p, first, in, other, op.reads_y());
+    store_round<T, Cfg>(p, op, first, in, other);
   }
 }
 
-// Launches the pass on `stream`; sm_count caps the grid of a configuration with kBlocksPerSm.
+// Launches the pass on `stream`.
 template <typename T, typename Cfg, typename Op>
-void launch(const Params& p, const Op& op, int sm_count, cudaStream_t stream) {
+void launch(const Params& p, const Op& op, cudaStream_t stream) {
   constexpr long long kPerBlock = static_cast<long long>(Cfg::kThreads) * Cfg::kUnroll;
-  long long blocks = std::clamp<long long>((p.vectors + kPerBlock - 1) / kPerBlock, 1, 1LL << 30);
-  if constexpr (Cfg::kBlocksPerSm > 0)
-    blocks = std::min<long long>(blocks, static_cast<long long>(Cfg::kBlocksPerSm) * sm_count);
+  const long long blocks =
+      std::clamp<long long>((p.vectors + kPerBlock - 1) / kPerBlock, 1, 1LL << 30);
   kernel<T, Cfg><<<static_cast<unsigned>(blocks), Cfg::kThreads, 0, stream>>>(p, op);
 }
 
