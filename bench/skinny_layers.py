@@ -5,8 +5,8 @@ same tensors.
 Contenders per shape and dtype (none: bias only; erf: bias + exact GELU):
   torch_{none,erf}       F.linear(x, W, b) / F.gelu(F.linear(x, W, b))
   ge2_{none,erf}         ge2's default choice (the plan's kernel is recorded)
-  ge2_{none,erf}_skinny  forced cuda_skinny
-  ge2_{none,erf}_skinny_tc  the same in its tensor-core form (GE2_SKINNY_TENSOR_CORES=1; 16-bit, 2+ rows)
+  ge2_{none,erf}_skinny  forced cuda_skinny (CUDA cores at one row and for f32; from two rows 16-bit
+                         data runs on its tensor-core form)
   ge2_{none,erf}_lt      forced cuBLASLt (erf: GEMM + bias, then the separate pass)
 Two timings of each: "device", one call captured in a CUDA graph and replayed back to back
 (kernels only), and "eager", the Python call itself back to back (host cost included, as a
@@ -49,27 +49,16 @@ def main():
                 refs = {"none": ref, "erf": F.gelu(ref)}
                 runs, outs, kernels = {}, {}, {}
                 for act, name in ((None, "none"), ("gelu", "erf")):
-                    for suffix, force in (("", None), ("_skinny", "cuda_skinny"), ("_skinny_tc", "cuda_skinny"),
-                                          ("_lt", f"lt_{dtype_name}")):
-                        if suffix == "_skinny_tc" and (dtype_name == "f32" or m == 1):
-                            continue  # the tensor-core form takes 16-bit data from two rows
+                    for suffix, force in (("", None), ("_skinny", "cuda_skinny"), ("_lt", f"lt_{dtype_name}")):
                         g = ge2.Graph()
                         vx, vw, vb = g.input("x", (m, k), dtype_name), g.input("w", (n, k), dtype_name), \
                             g.input("b", (n,), dtype_name)
                         g.output(g.gemm_bias_act(vx, vw, vb, act=act, trans_b=True), "y")
-                        # Read when the plan is compiled (opt-in: docs/selector.md, run 21).
-                        previous = os.environ.get("GE2_SKINNY_TENSOR_CORES")
-                        os.environ["GE2_SKINNY_TENSOR_CORES"] = "1" if suffix == "_skinny_tc" else "0"
                         try:
                             plan = g.compile(ctx, force_kernel=force)
                         except ge2.Ge2Error as e:  # cuda_skinny refused (rows, columns): say why
                             kernels[f"ge2_{name}{suffix}"] = f"refused: {e}"
                             continue
-                        finally:  # the caller's setting back
-                            if previous is None:
-                                os.environ.pop("GE2_SKINNY_TENSOR_CORES")
-                            else:
-                                os.environ["GE2_SKINNY_TENSOR_CORES"] = previous
                         y = torch.empty(m, n, device="cuda", dtype=dtype)
                         key = f"ge2_{name}{suffix}"
                         runs[key] = lambda p=plan, y=y: p.execute({"x": x, "w": w, "b": b, "y": y})
@@ -94,10 +83,9 @@ def main():
                 rows.append(row)
                 best = lambda d, key: d.get(key, float("nan"))  # noqa: E731
                 print(f"{dtype_name} {m:2d}x{n}x{k}: device none skinny {best(device, 'ge2_none_skinny'):6.1f} "
-                      f"tc {best(device, 'ge2_none_skinny_tc'):6.1f} "
                       f"lt {best(device, 'ge2_none_lt'):6.1f} torch {device['torch_none']:6.1f} | erf default "
                       f"{device['ge2_erf']:6.1f} ({kernels['ge2_erf']}) skinny {best(device, 'ge2_erf_skinny'):6.1f} "
-                      f"tc {best(device, 'ge2_erf_skinny_tc'):6.1f} lt+pass {best(device, 'ge2_erf_lt'):6.1f} torch {device['torch_erf']:6.1f} | eager erf "
+                      f"lt+pass {best(device, 'ge2_erf_lt'):6.1f} torch {device['torch_erf']:6.1f} | eager erf "
                       f"default {eager['ge2_erf']:6.1f} torch {eager['torch_erf']:6.1f} | skinny "
                       f"{row['device_gbs'].get('ge2_none_skinny', 0):6.0f} GB/s | max err "
                       f"{max(errors.values()):.1e}", flush=True)

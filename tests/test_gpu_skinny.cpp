@@ -12,7 +12,6 @@
 #include <cstdio>
 
 #include "support/gpu_helpers.hpp"
-#include "support/scoped_env.hpp"
 #include "support/scratch_dir.hpp"
 #include "tunedb/tunedb.hpp"
 
@@ -21,7 +20,8 @@ using namespace ge2::test;
 namespace {
 
 // A forced cuda_skinny case: variant 0 without bias, 1 with bias and a last block of
-// 5 of its 16 columns, 2 with C (alpha, beta), 3 with padded rows (D's padding stays
+// 5 of its 16 columns (over 8 rows 29 of 32: blocks twice as wide need twice the N to
+// give half the SMs one), 2 with C (alpha, beta), 3 with padded rows (D's padding stays
 // poisoned: D needs no alignment). K: one vector, a partial 32-element step, or more
 // steps than one round of the tensor-core form's warps takes (8 warps x 4 steps of 32).
 GemmCase skinny_case(ge2_dtype_t dtype, std::int64_t m, ge2_activation_t act, int variant,
@@ -29,7 +29,7 @@ GemmCase skinny_case(ge2_dtype_t dtype, std::int64_t m, ge2_activation_t act, in
   GemmCase c;
   c.dtype = dtype;
   c.m = m;
-  c.n = variant % 2 ? 1061 : 1064;
+  c.n = (variant % 2 ? 1061 : 1064) + (m > 8 ? 1080 : 0);
   c.k = k_choice % 3 == 0 ? 8 : (k_choice % 3 == 1 ? 1000 : 4104);
   c.trans_b = true;
   c.act = act;
@@ -66,13 +66,14 @@ TEST_CASE("gpu skinny: each dtype x rows x activation x bias x C matches fp64") 
   MESSAGE("cuda_skinny cases run: " << cases);
 }
 
-TEST_CASE("gpu skinny: the tensor-core form (GE2_SKINNY_TENSOR_CORES=1) matches fp64") {
-  const ScopedEnv tensor_cores("GE2_SKINNY_TENSOR_CORES", "1");  // read when a plan is compiled
+TEST_CASE("gpu skinny: the tensor-core form (16-bit data, 2-16 rows) matches fp64") {
   auto context = make_context(GE2_DEVICE_CUDA);
   DeviceMemory memory;
   int cases = 0;
+  // 9-16 rows: the 32-column blocks (N = 2141 ends in a partial one), the
+  // upper half of each m16n8k16 tile in use.
   for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
-    for (std::int64_t m : {1, 2, 3, 7, 8})
+    for (std::int64_t m : {1, 2, 3, 7, 8, 9, 12, 16})
       for (ge2_activation_t act : {GE2_ACT_NONE, GE2_ACT_GELU_ERF, GE2_ACT_SILU})
         for (int variant = 0; variant < 4; ++variant) {
           const GemmCase c = skinny_case(dtype, m, act, variant, cases);
@@ -80,18 +81,14 @@ TEST_CASE("gpu skinny: the tensor-core form (GE2_SKINNY_TENSOR_CORES=1) matches 
           CHECK(chosen_kernel(r.plan_json) == "cuda_skinny");
           // One row stays on CUDA cores.
           CHECK((r.plan_json.find("tensor cores") != std::string::npos) == (m >= 2));
+          if (m >= 2)
+            CHECK((r.plan_json.find("over 32 columns per block") != std::string::npos) == (m > 8));
           CHECK_MESSAGE(r.error <= gpu_tolerance(dtype, "cuda_skinny"),
                         c.label() << " error " << r.error);
           CHECK_MESSAGE(r.padding_changed == 0, c.label() << " wrote into D's row padding");
           ++cases;
         }
   MESSAGE("tensor-core cuda_skinny cases run: " << cases);
-  // Any other value: a warning, and the CUDA-core form.
-  const ScopedEnv bad("GE2_SKINNY_TENSOR_CORES", "yes");
-  const GemmCase c = skinny_case(GE2_DTYPE_F16, 4, GE2_ACT_NONE, 0, 1);
-  const auto r = run_gemm_case(context.get(), memory, c);
-  CHECK(r.plan_json.find("tensor cores") == std::string::npos);
-  CHECK_MESSAGE(r.error <= gpu_tolerance(c.dtype, "cuda_skinny"), "error " << r.error);
 }
 
 TEST_CASE("gpu skinny: chosen untuned for decode-sized nn.Linear layers; batches fold into M") {
@@ -129,16 +126,16 @@ TEST_CASE("gpu skinny: chosen untuned for decode-sized nn.Linear layers; batches
     CHECK(chosen_kernel(r.plan_json) == "cuda_skinny");
     CHECK(r.plan_json.find("batch_folded_into_m") == std::string::npos);
     CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
-    // Two rows untuned, and nine (more than it takes): cuBLASLt.
+    // Untuned from two rows, and at 17 (more than it takes): cuBLASLt.
     c.force_kernel = nullptr;
     c.batch = 1;
-    c.m = 2;
-    r = run_gemm_case(context.get(), memory, c);
-    CHECK(chosen_kernel(r.plan_json).rfind("lt_", 0) == 0);
-    c.m = 9;
+    c.shared_b = true;
     c.n = 4096;
-    r = run_gemm_case(context.get(), memory, c);
-    CHECK(chosen_kernel(r.plan_json).rfind("lt_", 0) == 0);
+    for (std::int64_t m : {2, 16, 17}) {
+      c.m = m;
+      r = run_gemm_case(context.get(), memory, c);
+      CHECK(chosen_kernel(r.plan_json).rfind("lt_", 0) == 0);
+    }
   }
 }
 

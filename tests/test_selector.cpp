@@ -169,7 +169,24 @@ TEST_CASE("selector: cuda_skinny takes one-row GEMMs on nn.Linear weights, and s
       CHECK(s.kernel != KernelId::CudaSkinny);
       return candidate(s, KernelId::CudaSkinny).reason;
     };
-    CHECK(refused(linear(dtype, 9, 11008, 4096)).find("M = 9 is more rows") != std::string::npos);
+    CHECK(refused(linear(dtype, 17, 11008, 4096)).find("M = 17 is more rows than it takes (16)") !=
+          std::string::npos);
+    // Over 8 rows only the tensor-core form (16-bit data, compute capability 8.0+).
+    if (dtype == DType::F32)
+      CHECK(refused(linear(dtype, 9, 11008, 4096)).find("its CUDA-core form takes (8)") !=
+            std::string::npos);
+    else
+      CHECK(candidate(select_gemm_kernel(linear(dtype, 9, 11008, 4096), h200, {}),
+                      KernelId::CudaSkinny)
+                .feasible);
+    // Its blocks hold 32 columns over 8 rows: 2112 columns give the 132 SMs half a block each.
+    if (dtype != DType::F32) {
+      CHECK(candidate(select_gemm_kernel(linear(dtype, 9, 2112, 4096), h200, {}),
+                      KernelId::CudaSkinny)
+                .feasible);
+      CHECK(refused(linear(dtype, 9, 2080, 4096)).find("65 blocks of 32 columns") !=
+            std::string::npos);
+    }
     CHECK(refused(problem(dtype, 1, 11008, 4096)).find("not K-contiguous") != std::string::npos);
     CHECK(refused(linear(dtype, 1, 11008, 4095)).find("K = 4095 is not a multiple") !=
           std::string::npos);
@@ -184,12 +201,15 @@ TEST_CASE("selector: cuda_skinny takes one-row GEMMs on nn.Linear weights, and s
     batched.d = {4, 2, 4096, 2 * 4096, 4096, 1};
     CHECK(skinny_problem(batched).m == 8);
     CHECK(candidate(select_gemm_kernel(batched, h200, {}), KernelId::CudaSkinny).feasible);
-    batched.batch = 5;
-    batched.a.batch = batched.d.batch = 5;
-    CHECK(skinny_problem(batched).m == 2);  // 10 rows would not fit: batched launch
+    batched.batch = 9;
+    batched.a.batch = batched.d.batch = 9;
+    CHECK(skinny_problem(batched).m == 2);  // 18 rows would not fit: batched launch
     if (dtype == DType::F32) continue;      // lt_f32 (no TF32) is slower than both rules below
-    for (std::int64_t m : {2, 8}) {
+    // Run 23 (H100): from two rows its tensor-core form runs erf-GELU layers within
+    // -3% to +20% of cuBLASLt and its separate pass: not chosen untuned.
+    for (std::int64_t m : {2, 8, 16}) {
       GemmProblem p = linear(dtype, m, 11008, 4096);
+      p.act = Activation::GeluErf;
       const auto s = select_gemm_kernel(p, h200, {});
       CHECK(s.kernel != KernelId::CudaSkinny);
       CHECK(candidate(s, KernelId::CudaSkinny).feasible);  // forced or tuned only

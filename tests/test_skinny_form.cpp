@@ -1,12 +1,11 @@
 // Which form cuda_skinny runs (backends/cuda/gemm_steps.hpp, skinny_form) without a
-// GPU: tensor cores only on request (GE2_SKINNY_TENSOR_CORES=1), for 16-bit data from
-// two rows on compute capability 8.0 and later; the plan text names the form.
+// GPU: tensor cores for 16-bit data from two rows on compute capability 8.0 and
+// later, CUDA cores otherwise; the plan text names the form and its configuration.
 #include <doctest/doctest.h>
 
 #include <string>
 
 #include "backends/cuda/gemm_steps.hpp"
-#include "support/scoped_env.hpp"
 
 using ge2::DeviceInfo;
 using ge2::DType;
@@ -14,7 +13,6 @@ using ge2::GemmProblem;
 using ge2::cuda::skinny_configuration;
 using ge2::cuda::skinny_form;
 using ge2::cuda::SkinnyForm;
-using ge2::test::ScopedEnv;
 
 namespace {
 
@@ -38,20 +36,10 @@ DeviceInfo device_of(int major, int minor) {
 
 }  // namespace
 
-TEST_CASE("skinny form: CUDA cores unless tensor cores are requested and fit") {
+TEST_CASE("skinny form: tensor cores for 16-bit data from two rows on sm_80 and later") {
   const DeviceInfo hopper = device_of(9, 0);
-  {
-    const ScopedEnv unset("GE2_SKINNY_TENSOR_CORES", nullptr);
-    CHECK(skinny_form(rows_of(DType::F16, 8), hopper) == SkinnyForm::CudaCores);
-  }
-  for (const char* off : {"0", "", "yes", "2", "1 "}) {  // the last three: a warning, then off
-    CAPTURE(off);
-    const ScopedEnv value("GE2_SKINNY_TENSOR_CORES", off);
-    CHECK(skinny_form(rows_of(DType::BF16, 8), hopper) == SkinnyForm::CudaCores);
-  }
-  const ScopedEnv on("GE2_SKINNY_TENSOR_CORES", "1");
   for (DType dtype : {DType::F16, DType::BF16})
-    for (std::int64_t m : {2, 3, 8, 16}) {
+    for (std::int64_t m : {2, 3, 8, 9, 16}) {
       CAPTURE(m);
       CHECK(skinny_form(rows_of(dtype, m), hopper) == SkinnyForm::TensorCores);
       CHECK(skinny_form(rows_of(dtype, m), device_of(8, 0)) == SkinnyForm::TensorCores);
@@ -63,11 +51,17 @@ TEST_CASE("skinny form: CUDA cores unless tensor cores are requested and fit") {
 }
 
 TEST_CASE(
-    "skinny form: the configuration text names the form (tuning rows of one are stale for the "
-    "other)") {
-  const std::string cores = skinny_configuration(SkinnyForm::CudaCores);
-  const std::string tensor = skinny_configuration(SkinnyForm::TensorCores);
+    "skinny form: the configuration text names the form and the block width (tuning rows of one "
+    "are stale for another)") {
+  const std::string cores = skinny_configuration(SkinnyForm::CudaCores, 1);
+  const std::string tensor = skinny_configuration(SkinnyForm::TensorCores, 8);
+  const std::string wide = skinny_configuration(SkinnyForm::TensorCores, 9);
   CHECK(cores != tensor);
+  CHECK(tensor != wide);
+  CHECK(skinny_configuration(SkinnyForm::TensorCores, 2) == tensor);
+  CHECK(skinny_configuration(SkinnyForm::TensorCores, 16) == wide);
   CHECK(tensor.find("tensor cores (mma.sync m16n8k16)") != std::string::npos);
+  CHECK(tensor.find("over 16 columns per block") != std::string::npos);
+  CHECK(wide.find("over 32 columns per block") != std::string::npos);
   CHECK(cores.find("tensor cores") == std::string::npos);
 }

@@ -42,8 +42,17 @@ enum class KernelFamily { Cublaslt, Cutlass, CudaFallback, CudaSkinny, CublasltF
 
 // The selector's cost model of one kernel on a 132-SM Hopper part (scaled by SM
 // count on others). It only has to rank kernels; docs/selector.md has the fit.
-// cuda_skinny's limits, shared by the selector's layout rule and the kernel.
-inline constexpr int kSkinnyMaxRows = 8, kSkinnyColumnsPerBlock = 16;
+// cuda_skinny's limits, shared by the selector's layout rule and the kernel: its
+// tensor-core form (16-bit data, compute capability 8.0 and later, two rows or
+// more) takes up to 16 rows, one m16n8k16 tile; its CUDA-core form, whose time
+// grows with the rows, up to 8.
+inline constexpr int kSkinnyMaxRows = 16, kSkinnyCudaCoreMaxRows = 8;
+// Columns per thread block, by rows: over 8 rows the tensor-core form loads twice
+// the A fragments per B byte, so a block takes twice the columns to share them
+// (skinny_probe, H100, run 23: 16 rows x 8192 x 8192, 50.0 against 57.9 us).
+constexpr int skinny_columns_per_block(std::int64_t rows) {
+  return rows > kSkinnyCudaCoreMaxRows ? 32 : 16;
+}
 
 struct KernelCost {
   double peak_tflops;         // large aligned problems
@@ -193,15 +202,14 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      false,
      0,
      {13.0, 14.0, 0.10, 64, 64}},
-    // Up to 8 rows against a K-contiguous weight: a GEMV-like stream of B, two
-    // columns per warp, 16 per block (src/backends/cuda/skinny_gemm.cuh). Each
-    // row costs its own loads and conversions of A: one row streams B at
-    // 3.4-4.4 TB/s, as fast as cuBLASLt or faster, two at 2.4-3.2, eight at
-    // 1.0-2.4 (H200, run 11, bench/skinny_probe.cu), where cuBLASLt stays at one
-    // row's time. The model (one-row tiles, a rate above 0.45 times any HBM
-    // bandwidth in bytes/s as flop/s) ranks one row; from two rows up it is
-    // chosen only on a measured time (run 11: the model chose it at 2x4096x14336,
-    // 28% slower than cuBLASLt).
+    // Up to 16 rows against a K-contiguous weight: a GEMV-like stream of B. One
+    // row runs on CUDA cores (src/backends/cuda/skinny_gemm.cuh) at 3.4-4.4 TB/s
+    // on the H200 (run 11, bench/skinny_probe.cu), as fast as cuBLASLt or faster;
+    // the model (one-row tiles, a rate above 0.45 times any HBM bandwidth in
+    // bytes/s as flop/s) ranks that row. From two rows 16-bit data runs on tensor
+    // cores (skinny_mma.cuh), its time flat in the rows but within -3% to +20% of
+    // cuBLASLt's even where cuBLASLt runs a separate activation pass (H100, run 23,
+    // bench/skinny_layers.py): chosen only on a measured time from two rows.
     {KernelId::CudaSkinny,
      "cuda_skinny",
      KernelFamily::CudaSkinny,

@@ -297,11 +297,21 @@ GemmProblem skinny_problem(const GemmProblem& problem) {
   return folded.m <= kSkinnyMaxRows ? folded : problem;
 }
 
+bool skinny_on_tensor_cores(const GemmProblem& folded, const DeviceInfo& device) {
+  return dtype_size(folded.dtype) == 2 && folded.m >= 2 && device.compute_capability() >= 80;
+}
+
 std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& device) {
   const GemmProblem p = skinny_problem(problem);
   const std::int64_t vector = 16 / static_cast<std::int64_t>(dtype_size(p.dtype));
   if (p.m > kSkinnyMaxRows)
     return fmt::format("M = {} is more rows than it takes ({})", p.m, kSkinnyMaxRows);
+  if (p.m > kSkinnyCudaCoreMaxRows && !skinny_on_tensor_cores(p, device))
+    return fmt::format(
+        "M = {} is more rows than its CUDA-core form takes ({}); its tensor-core form (up to {}) "
+        "takes 16-bit data on compute capability 8.0 or later, not {} on {}.{}",
+        p.m, kSkinnyCudaCoreMaxRows, kSkinnyMaxRows, dtype_name(p.dtype), device.cc_major,
+        device.cc_minor);
   if (std::string reason = k_contiguous_problem(p); !reason.empty()) return reason;
   if (p.k % vector != 0) return fmt::format("K = {} is not a multiple of {}", p.k, vector);
   const MatrixView a = p.op_a(), b = p.op_b();
@@ -317,10 +327,11 @@ std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& 
     return "N exceeds 2^31 - 1, K 2^30, or the batch 65535";
   // A block for half the SMs at least: fewer columns leave most of the chip
   // idle while each warp streams its weight rows.
-  const std::int64_t blocks = (p.n + kSkinnyColumnsPerBlock - 1) / kSkinnyColumnsPerBlock * p.batch;
+  const std::int64_t columns = skinny_columns_per_block(p.m);
+  const std::int64_t blocks = (p.n + columns - 1) / columns * p.batch;
   if (2 * blocks < std::max(1, device.sm_count))
     return fmt::format("N = {} gives {} blocks of {} columns, fewer than half the {} SMs", p.n,
-                       blocks, kSkinnyColumnsPerBlock, device.sm_count);
+                       blocks, columns, device.sm_count);
   return "";
 }
 

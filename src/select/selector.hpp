@@ -82,9 +82,13 @@ GemmProblem with_rows(const GemmProblem& problem, std::int64_t rows);
 // The problem cuda_skinny runs: the batch folded into M where that keeps M within
 // its rows, else the batch as it is.
 GemmProblem skinny_problem(const GemmProblem& problem);
-// Whether cuda_skinny can run the problem on `device`: at most kSkinnyMaxRows rows,
-// K contiguous in op(A) and op(B) with rows and batch strides of 16-byte
-// multiples, row-major C and D, and enough columns to give half the SMs a block.
+// Whether cuda_skinny runs `folded` (skinny_problem's result) on tensor cores: 16-bit
+// data, two rows or more, compute capability 8.0 or later (mma.sync bf16).
+bool skinny_on_tensor_cores(const GemmProblem& folded, const DeviceInfo& device);
+// Why cuda_skinny cannot run the problem on `device`, empty when it can: at most
+// kSkinnyMaxRows rows on tensor cores, kSkinnyCudaCoreMaxRows on CUDA cores, K
+// contiguous in op(A) and op(B) with rows and batch strides of 16-byte multiples,
+// row-major C and D, and enough columns to give half the SMs a block.
 std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& device);
 // The problem with a batch folded into M where its operands allow (B shared by
 // every batch, A, C and D batches back to back); else unchanged.

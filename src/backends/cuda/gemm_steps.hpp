@@ -56,9 +56,8 @@ std::unique_ptr<Step> make_skinny_gemm_step(const GemmProblem& problem, const Ge
 // Readies cuda_skinny for timing in the tuning mode.
 std::unique_ptr<FamilyTimer> make_skinny_timer(const DeviceInfo& device);
 // The form cuda_skinny runs `folded` (the batch folded into M) in on `device`: tensor
-// cores for 16-bit data from two rows on compute capability 8.0 and later when
-// GE2_SKINNY_TENSOR_CORES=1 (read on each call; another value than 0 or 1 is a
-// warning), else CUDA cores.
+// cores for 16-bit data from two rows on compute capability 8.0 and later
+// (skinny_on_tensor_cores), else CUDA cores.
 SkinnyForm skinny_form(const GemmProblem& folded, const DeviceInfo& device);
 // lt_fp8_e4m3 and lt_fp8_e4m3_fast (docs/fp8.md): per-tensor e4m3 quantization of op(A) (and of
 // op(B) unless GemmSlots::b_prepared holds prepare_fp8_weight's copy) into the scratch slot, then

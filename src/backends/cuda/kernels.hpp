@@ -62,12 +62,12 @@ inline constexpr int kFallbackTileM = 64, kFallbackTileN = 64, kFallbackTileK = 
 // skinny_layout_problem), A and B at 16-byte-aligned addresses.
 // CudaCores: skinny_gemm.cuh, every dtype. TensorCores: skinny_mma.cuh, 16-bit
 // data on compute capability 8.0 and later (mma.sync), up to 16 rows; chosen by
-// skinny_form.
+// skinny_form. CUDA cores take at most kSkinnyCudaCoreMaxRows rows.
 enum class SkinnyForm { CudaCores, TensorCores };
 void launch_skinny_gemm(const GemmProblem& problem, const void* a, const void* b, const void* c,
                         const void* bias, void* d, SkinnyForm form, cudaStream_t stream);
-// The configuration launch_skinny_gemm runs in `form`, as the plan and the
-// tuning database name it (a stored row of another configuration is stale).
-std::string skinny_configuration(SkinnyForm form);
+// The configuration launch_skinny_gemm runs `rows` rows in `form`, as the plan and
+// the tuning database name it (a stored row of another configuration is stale).
+std::string skinny_configuration(SkinnyForm form, std::int64_t rows);
 
 }  // namespace ge2::cuda

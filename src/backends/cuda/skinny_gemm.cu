@@ -1,6 +1,7 @@
-// cuda_skinny: the library's instance of the kernel in skinny_gemm.cuh, for
-// decode-sized GEMMs (M <= kSkinnyMaxRows) on nn.Linear weights. One launch, no
-// workspace, no library call: its host cost is a kernel launch.
+// cuda_skinny: the library's instances of the kernels in skinny_gemm.cuh and
+// skinny_mma.cuh, for decode-sized GEMMs (M <= kSkinnyMaxRows) on nn.Linear
+// weights. One launch, no workspace, no library call: its host cost is a kernel
+// launch.
 #include <fmt/format.h>
 
 #include "backends/cuda/cuda_errors.hpp"
@@ -16,27 +17,38 @@ namespace {
 // the fastest of six configurations for one row on 7B-70B FFN weights, within
 // 1-3% of the best on the rest (bench/skinny_probe.cu, run 11).
 using LibraryConfig = skinny::Config<8, 2, 2>;
-static_assert(LibraryConfig::kColumnsPerBlock == kSkinnyColumnsPerBlock);
-// The tensor-core form: eight warps splitting K over 16 columns (the CUDA-core
-// form's block width, which the selector's rule of blocks per SM counts), four
-// steps in flight per warp. Not yet measured on a device (bench/skinny_probe.cu
-// compares it with other configurations).
+static_assert(LibraryConfig::kColumnsPerBlock == skinny_columns_per_block(1));
+// The tensor-core form: eight warps splitting K, four steps in flight per warp,
+// over 16 columns up to 8 rows and 32 above (skinny_columns_per_block). Of twelve
+// configurations (bench/skinny_probe.cu, H100, runs 21 and 23) the first is the
+// fastest or within 5% at 2-8 rows on 7B-70B FFN weights; at 16 rows the second
+// is 5-18% faster than it where K >= 8192 or N >= 14336, 11% slower at 11008 x 4096.
 using MmaLibraryConfig = skinny::MmaConfig<8, 2, 4>;
-static_assert(MmaLibraryConfig::kColumnsPerBlock == kSkinnyColumnsPerBlock);
+using MmaWideConfig = skinny::MmaConfig<8, 4, 4>;
+static_assert(MmaLibraryConfig::kColumnsPerBlock ==
+              skinny_columns_per_block(kSkinnyCudaCoreMaxRows));
+static_assert(MmaWideConfig::kColumnsPerBlock == skinny_columns_per_block(kSkinnyMaxRows));
 static_assert(kSkinnyMaxRows <= 16, "an m16n8k16 tile holds 16 rows");
+
+template <typename Cfg>
+std::string mma_configuration(int max_rows) {
+  return fmt::format(
+      "tensor cores (mma.sync m16n8k16): {} warps splitting K over {} columns per block, {} "
+      "steps of 32 in flight per warp, up to {} rows, fp32 accumulation",
+      Cfg::kWarps, Cfg::kColumnsPerBlock, Cfg::kUnroll, max_rows);
+}
 
 }  // namespace
 
-std::string skinny_configuration(SkinnyForm form) {
+std::string skinny_configuration(SkinnyForm form, std::int64_t rows) {
   if (form == SkinnyForm::TensorCores)
-    return fmt::format(
-        "tensor cores (mma.sync m16n8k16): {} warps splitting K over {} columns per block, {} "
-        "steps of 32 in flight per warp, up to 16 rows, fp32 accumulation",
-        MmaLibraryConfig::kWarps, MmaLibraryConfig::kColumnsPerBlock, MmaLibraryConfig::kUnroll);
+    return rows > kSkinnyCudaCoreMaxRows
+               ? mma_configuration<MmaWideConfig>(kSkinnyMaxRows)
+               : mma_configuration<MmaLibraryConfig>(kSkinnyCudaCoreMaxRows);
   return fmt::format(
       "{} warps of {} columns per block, {} vectors per column in flight, up to {} rows, fp32 "
       "accumulation",
-      LibraryConfig::kWarps, LibraryConfig::kCols, LibraryConfig::kUnroll, kSkinnyMaxRows);
+      LibraryConfig::kWarps, LibraryConfig::kCols, LibraryConfig::kUnroll, kSkinnyCudaCoreMaxRows);
 }
 
 void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, const void* c,
@@ -46,8 +58,10 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
   require(pr.m >= 1 && pr.m <= kSkinnyMaxRows && op_a.col_stride == 1 && op_b.row_stride == 1 &&
               pr.d.col_stride == 1 && (!pr.has_c || pr.c.col_stride == 1) && pr.batch <= 65535,
           GE2_ERROR_INTERNAL, "cuda_skinny: GEMM {} is outside the kernel's layouts", pr);
-  require(form == SkinnyForm::CudaCores || dtype_size(pr.dtype) == 2, GE2_ERROR_INTERNAL,
-          "cuda_skinny: the tensor-core form takes 16-bit data, not {}", pr);
+  require(
+      form == SkinnyForm::CudaCores ? pr.m <= kSkinnyCudaCoreMaxRows : dtype_size(pr.dtype) == 2,
+      GE2_ERROR_INTERNAL, "cuda_skinny: GEMM {} is outside the {} form", pr,
+      form == SkinnyForm::CudaCores ? "CUDA-core" : "tensor-core");
   skinny::Params p{};
   p.a = a;
   p.b = b;
@@ -76,11 +90,14 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
     const int batch = static_cast<int>(pr.batch);
     if constexpr (sizeof(T) == 2) {
       if (form == SkinnyForm::TensorCores) {
-        skinny::launch_mma<T, MmaLibraryConfig>(p, batch, stream);
+        if (p.m > kSkinnyCudaCoreMaxRows)
+          skinny::launch_mma<T, MmaWideConfig>(p, batch, stream);
+        else
+          skinny::launch_mma<T, MmaLibraryConfig>(p, batch, stream);
         return;
       }
     }
-    skinny::launch<T, LibraryConfig, kSkinnyMaxRows>(p, batch, stream);
+    skinny::launch<T, LibraryConfig, kSkinnyCudaCoreMaxRows>(p, batch, stream);
   });
   GE2_CUDA_CHECK(cudaGetLastError());
 }

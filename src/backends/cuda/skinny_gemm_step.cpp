@@ -1,37 +1,17 @@
 // The cuda_skinny step (decode-sized GEMMs) and its timer for the tuning mode.
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 
 #include "backends/cuda/gemm_steps.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/timing_rig.hpp"
 #include "core/error.hpp"
-#include "core/log.hpp"
 #include "select/selector.hpp"
 
 namespace ge2::cuda {
-namespace {
-
-// GE2_SKINNY_TENSOR_CORES=1 opts into the tensor-core form, which measured no
-// faster than cuBLASLt from two rows on (run 21; docs/selector.md, "cuda_skinny");
-// 0 or unset: off.
-bool tensor_cores_requested() {
-  const char* text = std::getenv("GE2_SKINNY_TENSOR_CORES");
-  if (text == nullptr || *text == '\0' || std::string_view(text) == "0") return false;
-  if (std::string_view(text) == "1") return true;
-  Logger{}(LogLevel::Warning,
-           "GE2_SKINNY_TENSOR_CORES='{}' is not 0 or 1; cuda_skinny runs on CUDA cores", text);
-  return false;
-}
-
-}  // namespace
 
 SkinnyForm skinny_form(const GemmProblem& folded, const DeviceInfo& device) {
   // One row stays on CUDA cores, which stream it at 3.4-4.4 TB/s (H200, run 11).
-  const bool fits =
-      dtype_size(folded.dtype) == 2 && folded.m >= 2 && device.compute_capability() >= 80;
-  return fits && tensor_cores_requested() ? SkinnyForm::TensorCores : SkinnyForm::CudaCores;
+  return skinny_on_tensor_cores(folded, device) ? SkinnyForm::TensorCores : SkinnyForm::CudaCores;
 }
 
 namespace {
@@ -62,8 +42,9 @@ class SkinnyGemmStep final : public Step {
   }
 
   nlohmann::json describe() const override {
-    return fused_kernel_description("cuda_skinny", "cuda_skinny", skinny_configuration(form_),
-                                    problem_, folded_, fallback_.get());
+    return fused_kernel_description("cuda_skinny", "cuda_skinny",
+                                    skinny_configuration(form_, problem_.m), problem_, folded_,
+                                    fallback_.get());
   }
 
  private:
@@ -89,14 +70,15 @@ class SkinnyTimer final : public FamilyTimer {
       const LtPointers q = rig.pointers(set, rig.output());
       launch_skinny_gemm(problem, q.a, q.b, q.c, q.bias, q.d, form, rig.stream());
     };
-    return RivalKernel{kernel, false, run, {{"configuration", skinny_configuration(form)}}};
+    return RivalKernel{
+        kernel, false, run, {{"configuration", skinny_configuration(form, problem.m)}}};
   }
 
   bool row_matches(KernelId, const GemmProblem& problem,
                    const nlohmann::json& stored) const override {
-    return stored.is_object() &&
-           stored.value("configuration", "") ==
-               skinny_configuration(skinny_form(skinny_problem(problem), device_));
+    const GemmProblem folded = skinny_problem(problem);
+    return stored.is_object() && stored.value("configuration", "") ==
+                                     skinny_configuration(skinny_form(folded, device_), folded.m);
   }
 
  private:
