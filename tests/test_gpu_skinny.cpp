@@ -126,13 +126,28 @@ TEST_CASE("gpu skinny: chosen untuned for decode-sized nn.Linear layers; batches
     CHECK(chosen_kernel(r.plan_json) == "cuda_skinny");
     CHECK(r.plan_json.find("batch_folded_into_m") == std::string::npos);
     CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
-    // Untuned from two rows, and at 17 (more than it takes): cuBLASLt.
+    // Untuned from two rows on a 32 MB weight, and at 17 (more than it takes): cuBLASLt.
     c.force_kernel = nullptr;
     c.batch = 1;
     c.shared_b = true;
     c.n = 4096;
     for (std::int64_t m : {2, 16, 17}) {
       c.m = m;
+      r = run_gemm_case(context.get(), memory, c);
+      CHECK(chosen_kernel(r.plan_json).rfind("lt_", 0) == 0);
+    }
+    // On an 8 MB weight its tensor-core form at 2-8 rows with erf GELU, which cuBLASLt
+    // runs as a separate pass; cuBLASLt with tanh GELU, which its epilogue computes.
+    c.n = 2048;
+    c.k = 2048;
+    for (std::int64_t m : {2, 5, 8}) {
+      c.m = m;
+      c.act = GE2_ACT_GELU_ERF;
+      r = run_gemm_case(context.get(), memory, c);
+      CHECK(chosen_kernel(r.plan_json) == "cuda_skinny");
+      CHECK(r.plan_json.find("tensor cores") != std::string::npos);
+      CHECK_MESSAGE(r.error <= 1e-2, c.label() << " error " << r.error);
+      c.act = GE2_ACT_GELU_TANH;
       r = run_gemm_case(context.get(), memory, c);
       CHECK(chosen_kernel(r.plan_json).rfind("lt_", 0) == 0);
     }

@@ -100,6 +100,11 @@ struct KernelInfo {
   // the untuned blocks ran 1165 and 1101); at 8192 tokens the forms were within 1%;
   // at 512 the tuner kept cuBLASLt + pass, the CUTLASS layer 10% slower there.
   std::int64_t pass_act_min_rows_untuned = 0;
+  // The same rule's bounds: at most this many rows and B of at most this many elements
+  // (0: no bound). For cuda_skinny's tensor-core form on small weights, where cuBLASLt's
+  // separate pass is a fixed 1.5-2.5 us beside a GEMM of 4-10 us.
+  std::int64_t pass_act_max_rows_untuned = 0;
+  std::int64_t pass_act_max_b_elements_untuned = 0;
 };
 
 // Fitted to bench_gemm on the H200 (bench/results/2026-12-02-h200-run3):
@@ -207,9 +212,14 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
     // on the H200 (run 11, bench/skinny_probe.cu), as fast as cuBLASLt or faster;
     // the model (one-row tiles, a rate above 0.45 times any HBM bandwidth in
     // bytes/s as flop/s) ranks that row. From two rows 16-bit data runs on tensor
-    // cores (skinny_mma.cuh), its time flat in the rows but within -3% to +20% of
-    // cuBLASLt's even where cuBLASLt runs a separate activation pass (H100, run 23,
-    // bench/skinny_layers.py): chosen only on a measured time from two rows.
+    // cores (skinny_mma.cuh), its time flat in the rows. On weights of 24 MB and more
+    // it runs -3% to +20% of cuBLASLt's time even where cuBLASLt adds a separate
+    // activation pass, so there it is chosen only on a measured time; on weights up to
+    // 20 MB with an activation cuBLASLt has no epilogue for it is chosen untuned at 2-8
+    // rows, where that pass is a fixed 1.5-2.5 us beside a GEMM of 4-10 us (H100, run 23,
+    // bench/skinny_layers.py, f16 and bf16, 2-8 rows x 11 weights of 4-19 MB: 1.15-1.37x
+    // cuBLASLt and its erf pass, 0.99-1.10x at 8 x 2048 x 4096 and 8 x 1280 x 5120;
+    // above the bound 8 x 3072 x 4096 0.88x, 4096 x 4096 0.75-0.88x).
     {KernelId::CudaSkinny,
      "cuda_skinny",
      KernelFamily::CudaSkinny,
@@ -218,7 +228,13 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      70,
      {4.0, 5.0, 0.85, 1, 16},
      false,
-     1},
+     1,
+     false,
+     false,
+     0,
+     2,
+     8,
+     10 << 20},
     // The e4m3 tensor-core GEMM (sm_89 and later) on operands ge2 quantizes with
     // per-tensor scales: about 1300 TFLOP/s for torch._scaled_mm at 8192^3 on the
     // H200 (docs/fp8.md, run 13h); three launches (amax, quantize, matmul) at least.

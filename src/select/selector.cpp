@@ -351,6 +351,40 @@ std::int64_t layout_alignment_bytes(const GemmProblem& p) {
 
 bool is_tensor_core_aligned(const GemmProblem& p) { return layout_alignment_bytes(p) == 16; }
 
+namespace {
+
+// KernelInfo::pass_act_*_untuned: the problem's activation has no cuBLASLt epilogue
+// (LtEpilogue::kNone; Activation::None maps to kIdentity), and its rows and B are
+// within the kernel's measured rule; for cuda_skinny, on its tensor-core form.
+bool pass_act_rule_holds(const KernelInfo& info, const GemmProblem& problem,
+                         const DeviceInfo& device) {
+  const GemmProblem folded = fold_batch_into_m(problem);
+  if (activation_info(problem.act).cublaslt != LtEpilogue::kNone) return false;
+  if (info.pass_act_min_rows_untuned <= 0 || folded.m < info.pass_act_min_rows_untuned)
+    return false;
+  if (info.pass_act_max_rows_untuned > 0 && folded.m > info.pass_act_max_rows_untuned) return false;
+  if (info.pass_act_max_b_elements_untuned > 0 &&
+      folded.n * folded.k > info.pass_act_max_b_elements_untuned)
+    return false;
+  return info.family != KernelFamily::CudaSkinny ||
+         skinny_on_tensor_cores(skinny_problem(problem), device);
+}
+
+// The rows the rule above takes, and its bound on B, as the plan's reasons say them.
+std::string pass_act_rows_text(const KernelInfo& info) {
+  return info.pass_act_max_rows_untuned > 0
+             ? fmt::format("{} to {}", info.pass_act_min_rows_untuned,
+                           info.pass_act_max_rows_untuned)
+             : fmt::format("{} or more", info.pass_act_min_rows_untuned);
+}
+std::string pass_act_b_text(const KernelInfo& info) {
+  return info.pass_act_max_b_elements_untuned > 0
+             ? fmt::format(" and B of at most {} elements", info.pass_act_max_b_elements_untuned)
+             : "";
+}
+
+}  // namespace
+
 Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& device,
                              const SelectionPolicy& policy, const MeasuredTime& measured,
                              std::span<const KernelId> offered) {
@@ -414,10 +448,7 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
     const KernelInfo& info = kernel_info(kernel);
     const bool gated_rule =
         gated_in_epilogue && info.gated_min_rows_untuned > 0 && rows >= info.gated_min_rows_untuned;
-    // LtEpilogue::kNone: an activation (not Activation::None, kIdentity) cuBLASLt cannot fuse.
-    const bool pass_act_rule =
-        !problem.gated && activation_info(problem.act).cublaslt == LtEpilogue::kNone &&
-        info.pass_act_min_rows_untuned > 0 && rows >= info.pass_act_min_rows_untuned;
+    const bool pass_act_rule = !problem.gated && pass_act_rule_holds(info, problem, device);
     candidate.preferred_untuned = gated_rule || pass_act_rule;
     if (gated_rule)
       candidate.reason += fmt::format(
@@ -426,9 +457,9 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
           rows, info.gated_min_rows_untuned);
     if (pass_act_rule)
       candidate.reason += fmt::format(
-          "; {} rows (>= {}) with {}, which no cuBLASLt epilogue computes: preferred untuned, "
+          "; {} rows ({}{}) with {}, which no cuBLASLt epilogue computes: preferred untuned, "
           "measured faster than cuBLASLt and its separate pass",
-          rows, info.pass_act_min_rows_untuned, activation_name(problem.act));
+          rows, pass_act_rows_text(info), pass_act_b_text(info), activation_name(problem.act));
     candidate.needs_measurement =
         !candidate.preferred_untuned &&
         (info.needs_measurement || (info.max_rows_untuned > 0 && rows > info.max_rows_untuned));
@@ -513,9 +544,9 @@ void choose_kernel(Selection& selection, const GemmProblem& problem, const Selec
           ? fmt::format("a gated unit of {} rows or more runs fused untuned ({:.2f} us estimated)",
                         kernel_info(best->kernel).gated_min_rows_untuned, best->estimated_us)
       : !any_measured && best->preferred_untuned
-          ? fmt::format("{} rows or more with {} run with it fused untuned ({:.2f} us estimated)",
-                        kernel_info(best->kernel).pass_act_min_rows_untuned,
-                        activation_name(problem.act), best->estimated_us)
+          ? fmt::format("{} rows with {}{} run with it fused untuned ({:.2f} us estimated)",
+                        pass_act_rows_text(kernel_info(best->kernel)), activation_name(problem.act),
+                        pass_act_b_text(kernel_info(best->kernel)), best->estimated_us)
           : fmt::format("lowest {} time ({:.2f} us)", any_measured ? "measured" : "estimated",
                         best->estimated_us);
   selection.why += aligned            ? ""
