@@ -335,8 +335,8 @@ TEST_CASE("gpu: graph replay follows new data, new bindings and other streams") 
     Set& set = sets[which];
     fill_random(set.x);
     poison(set.y);
-    REQUIRE(cudaMemcpy(set.px, set.x.data(), set.x.bytes.size(), cudaMemcpyHostToDevice) == 0);
-    REQUIRE(cudaMemcpy(set.py, set.y.data(), set.y.bytes.size(), cudaMemcpyHostToDevice) == 0);
+    copy_to_device(set.px, set.x.data(), set.x.bytes.size());
+    copy_to_device(set.py, set.y.data(), set.y.bytes.size());
     const ge2_binding_t bindings[] = {{"x", set.px}, {"w1", pw1}, {"b1", pb1},
                                       {"w2", pw2},   {"b2", pb2}, {"y", set.py}};
     GE2_CHECK(ge2_plan_execute(plan.get(), bindings, 6, streams[stream_index]));
@@ -706,8 +706,7 @@ TEST_CASE(
   CHECK(workspaces_of(context.get())["streams"].get<int>() <= 64);
   CHECK(workspaces_of(context.get())["kept_for_captured_graphs"] == 1);
   poison(layer.d);
-  REQUIRE(cudaMemcpy(bindings[3].data, layer.d.bytes.data(), layer.d.bytes.size(),
-                     cudaMemcpyHostToDevice) == cudaSuccess);
+  copy_to_device(bindings[3].data, layer.d.bytes.data(), layer.d.bytes.size());
   REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
   REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
   memory.download(bindings[3].data, layer.d);
@@ -753,8 +752,7 @@ TEST_CASE(
   for (int round = 0; round < 3; ++round) {
     for (int i = 0; i < 3; ++i) {
       poison(layers[i].d);
-      REQUIRE(cudaMemcpy(bindings[i][3].data, layers[i].d.bytes.data(), layers[i].d.bytes.size(),
-                         cudaMemcpyHostToDevice) == cudaSuccess);
+      copy_to_device(bindings[i][3].data, layers[i].d.bytes.data(), layers[i].d.bytes.size());
     }
     REQUIRE(cudaGraphLaunch(execs[0], x) == cudaSuccess);
     REQUIRE(cudaGraphLaunch(execs[1], y) == cudaSuccess);

@@ -16,6 +16,14 @@
 
 namespace ge2::test {
 
+// Copies host bytes to the device and waits for the copy: from pageable memory
+// cudaMemcpy may return while its DMA still runs, and work on a non-blocking stream
+// is not ordered after it (run 23: a replay read D before the poison landed).
+inline void copy_to_device(void* device, const void* host, std::size_t bytes) {
+  REQUIRE(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+}
+
 class DeviceMemory final : public Memory {
  public:
   // `stream`: where the helpers execute plans (nullptr: the legacy default stream).
@@ -27,10 +35,7 @@ class DeviceMemory final : public Memory {
     void* p = nullptr;
     REQUIRE(cudaMalloc(&p, t.bytes.size()) == cudaSuccess);
     allocations_.push_back(p);
-    REQUIRE(cudaMemcpy(p, t.bytes.data(), t.bytes.size(), cudaMemcpyHostToDevice) == cudaSuccess);
-    // From pageable memory the copy's DMA may still run; a non-blocking stream is not ordered
-    // after it.
-    REQUIRE(cudaStreamSynchronize(nullptr) == cudaSuccess);
+    copy_to_device(p, t.bytes.data(), t.bytes.size());
     return p;
   }
   void download(void* p, HostTensor& t) override {
