@@ -13,6 +13,7 @@ Two timings of each: "device", one call captured in a CUDA graph and replayed ba
 user calls it). Medians over groups rotated ABBA. GB/s counts W, x and y once.
 
     python3 bench/skinny_layers.py --out DIR [--dtypes f16 bf16] [--rows 1 2 4 8 16] [--groups 9]
+        [--shapes 3072x768 768x3072 ...]   (N x K: out features x in features; default: SHAPES)
 """
 import argparse
 import json
@@ -28,7 +29,9 @@ def main():
     parser.add_argument("--dtypes", nargs="+", default=["f16", "bf16"])
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--groups", type=int, default=9)
+    parser.add_argument("--shapes", nargs="+", default=[f"{n}x{k}" for n, k in SHAPES])
     args = parser.parse_args()
+    shapes = [tuple(int(v) for v in text.split("x")) for text in args.shapes]
     import torch  # after argparse: --help works without torch
     import torch.nn.functional as F
 
@@ -40,7 +43,7 @@ def main():
     rows = []
     for dtype_name in args.dtypes:
         dtype = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype_name]
-        for n, k in SHAPES:
+        for n, k in shapes:
             w = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5
             b = torch.randn(n, device="cuda", dtype=dtype)
             for m in args.rows:
