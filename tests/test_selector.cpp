@@ -250,12 +250,15 @@ TEST_CASE(
       for (std::int64_t m : {1, 2, 5, 8, 9, 16})
         // Run 23 measured 4096 x 2048 to 6144 x 1536 and 11008 x 4096; 2560 x 4096 sits at
         // the bound, 2568 x 4096 above it, 3072 x 4096 lost at 8 rows (0.88x).
-        for (const auto& [n, k] : {std::pair<std::int64_t, std::int64_t>{4096, 2048},
-                                   {6144, 1536},
-                                   {2560, 4096},
-                                   {2568, 4096},
-                                   {4096, 4096},
-                                   {11008, 4096}}) {
+        for (const auto& shape : {std::pair<std::int64_t, std::int64_t>{4096, 2048},
+                                  {6144, 1536},
+                                  {2560, 4096},
+                                  {2568, 4096},
+                                  {4096, 4096},
+                                  {11008, 4096}}) {
+          // Named copies, not structured bindings: CAPTURE's lambda cannot capture those
+          // before clang 16.
+          const std::int64_t n = shape.first, k = shape.second;
           GemmProblem p = linear(dtype, m, n, k);
           p.has_bias = true;
           p.act = act;
