@@ -217,7 +217,7 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
     // activation pass, so there it is chosen only on a measured time; on weights up to
     // 20 MB with an activation cuBLASLt has no epilogue for it is chosen untuned at 2-8
     // rows, where that pass is a fixed 1.5-2.5 us beside a GEMM of 4-10 us (H100, run 23,
-    // bench/skinny_layers.py, f16 and bf16, 2-8 rows x 11 weights of 4-19 MB: 1.15-1.37x
+    // bench/skinny_layers.py, f16 and bf16, 2-8 rows x 11 weights of 4-19 MB: 1.13-1.37x
     // cuBLASLt and its erf pass, 0.99-1.10x at 8 x 2048 x 4096 and 8 x 1280 x 5120;
     // above the bound 8 x 3072 x 4096 0.88x, 4096 x 4096 0.75-0.88x).
     {KernelId::CudaSkinny,

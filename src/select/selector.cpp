@@ -356,9 +356,9 @@ namespace {
 // KernelInfo::pass_act_*_untuned: the problem's activation has no cuBLASLt epilogue
 // (LtEpilogue::kNone; Activation::None maps to kIdentity), and its rows and B are
 // within the kernel's measured rule; for cuda_skinny, on its tensor-core form.
+// `folded`: fold_batch_into_m(problem), which the caller has made once.
 bool pass_act_rule_holds(const KernelInfo& info, const GemmProblem& problem,
-                         const DeviceInfo& device) {
-  const GemmProblem folded = fold_batch_into_m(problem);
+                         const GemmProblem& folded, const DeviceInfo& device) {
   if (activation_info(problem.act).cublaslt != LtEpilogue::kNone) return false;
   if (info.pass_act_min_rows_untuned <= 0 || folded.m < info.pass_act_min_rows_untuned)
     return false;
@@ -392,7 +392,8 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
   const bool aligned = is_tensor_core_aligned(problem);
   const std::string layout_problem = cublaslt_layout_problem(problem);
   const std::string cutlass_problem = cutlass_layout_problem(problem);
-  const std::int64_t rows = fold_batch_into_m(problem).m;
+  const GemmProblem folded = fold_batch_into_m(problem);
+  const std::int64_t rows = folded.m;
   for (KernelId kernel : offered) {
     Candidate candidate;
     candidate.kernel = kernel;
@@ -448,7 +449,7 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
     const KernelInfo& info = kernel_info(kernel);
     const bool gated_rule =
         gated_in_epilogue && info.gated_min_rows_untuned > 0 && rows >= info.gated_min_rows_untuned;
-    const bool pass_act_rule = !problem.gated && pass_act_rule_holds(info, problem, device);
+    const bool pass_act_rule = !problem.gated && pass_act_rule_holds(info, problem, folded, device);
     candidate.preferred_untuned = gated_rule || pass_act_rule;
     if (gated_rule)
       candidate.reason += fmt::format(

@@ -30,21 +30,25 @@ static_assert(MmaLibraryConfig::kColumnsPerBlock ==
 static_assert(MmaWideConfig::kColumnsPerBlock == skinny_columns_per_block(kSkinnyMaxRows));
 static_assert(kSkinnyMaxRows <= 16, "an m16n8k16 tile holds 16 rows");
 
-template <typename Cfg>
-std::string mma_configuration(int max_rows) {
-  return fmt::format(
-      "tensor cores (mma.sync m16n8k16): {} warps splitting K over {} columns per block, {} "
-      "steps of 32 in flight per warp, up to {} rows, fp32 accumulation",
-      Cfg::kWarps, Cfg::kColumnsPerBlock, Cfg::kUnroll, max_rows);
+// Calls f(Cfg{}, max_rows) with the tensor-core configuration that runs `rows` rows: the
+// one place the launch and the configuration text take it from.
+template <typename F>
+decltype(auto) with_mma_config(std::int64_t rows, F&& f) {
+  if (rows > kSkinnyCudaCoreMaxRows) return f(MmaWideConfig{}, kSkinnyMaxRows);
+  return f(MmaLibraryConfig{}, kSkinnyCudaCoreMaxRows);
 }
 
 }  // namespace
 
 std::string skinny_configuration(SkinnyForm form, std::int64_t rows) {
   if (form == SkinnyForm::TensorCores)
-    return rows > kSkinnyCudaCoreMaxRows
-               ? mma_configuration<MmaWideConfig>(kSkinnyMaxRows)
-               : mma_configuration<MmaLibraryConfig>(kSkinnyCudaCoreMaxRows);
+    return with_mma_config(rows, [](auto cfg, int max_rows) {
+      using Cfg = decltype(cfg);
+      return fmt::format(
+          "tensor cores (mma.sync m16n8k16): {} warps splitting K over {} columns per block, {} "
+          "steps of 32 in flight per warp, up to {} rows, fp32 accumulation",
+          Cfg::kWarps, Cfg::kColumnsPerBlock, Cfg::kUnroll, max_rows);
+    });
   return fmt::format(
       "{} warps of {} columns per block, {} vectors per column in flight, up to {} rows, fp32 "
       "accumulation",
@@ -90,10 +94,8 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
     const int batch = static_cast<int>(pr.batch);
     if constexpr (sizeof(T) == 2) {
       if (form == SkinnyForm::TensorCores) {
-        if (p.m > kSkinnyCudaCoreMaxRows)
-          skinny::launch_mma<T, MmaWideConfig>(p, batch, stream);
-        else
-          skinny::launch_mma<T, MmaLibraryConfig>(p, batch, stream);
+        with_mma_config(
+            p.m, [&](auto cfg, int) { skinny::launch_mma<T, decltype(cfg)>(p, batch, stream); });
         return;
       }
     }
