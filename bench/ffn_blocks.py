@@ -18,7 +18,9 @@ groups of back-to-back calls timed with CUDA events, the contenders rotated
 group by group (ABBA) so clocks and power affect all alike; the SM clock and the board power are
 sampled (nvidia-smi, every 100 ms) and each row keeps their medians over its timing. Outputs are
 checked against PyTorch eager. ge2's C++ host cost per node is bench/bench_gemm's (it drives
-the C API directly); here the Python call's cost is inside each ge2 time.
+the C API directly); here the Python call's cost is inside each ge2 time. At decode sizes a block
+streams its weights: each row gives that rate for ge2's default time and its fraction of what this
+device reads a 1 GiB tensor at (a sum) in the same process, measured first.
 
     python3 bench/ffn_blocks.py --out DIR [--hidden 4096] [--inter 11008 14336]
         [--tokens 1 16 512 4096] [--dtypes f16 bf16] [--blocks gelu swiglu]
@@ -155,6 +157,18 @@ def time_contenders(contenders, groups, inner, device="cuda"):
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def memory_rates(groups):
+    """GB/s at which this device reads a 1 GiB tensor (torch.sum) and copies it (bytes read and
+    written), median of rotated groups: the reference for a decode block's weight stream."""
+    import torch
+
+    x = torch.randn(1 << 29, device="cuda", dtype=torch.float16)
+    y = torch.empty_like(x)
+    med = time_contenders({"read": lambda: x.sum(), "copy": lambda: y.copy_(x)}, groups, 5)
+    return {"read_gbs": x.nbytes / (med["read"] * 1e3), "copy_gbs": 2 * x.nbytes / (med["copy"] * 1e3),
+            "tensor_bytes": x.nbytes}
+
+
 class ClockSampler:
     """nvidia-smi sampling SM clock, power and temperature every 100 ms into DIR/clocks.csv while
     the benchmark runs; window(t0, t1) gives the medians over one row's timing."""
@@ -225,6 +239,9 @@ def main():
     tuned_ctx = ge2.Context(device="cuda", tune="tune", tunedb=os.path.join(args.out, "ffn_tunedb.sqlite")) \
         if on_gpu else None
     sampler = ClockSampler(args.out) if on_gpu else None
+    memory = memory_rates(args.groups) if on_gpu else None
+    if memory:
+        print(f"memory: read {memory['read_gbs']:.0f} GB/s, copy {memory['copy_gbs']:.0f} GB/s", flush=True)
     rows = []
     try:
         for dtype_name in args.dtypes:
@@ -236,8 +253,8 @@ def main():
                         converted = ge2.torch.convert(block)  # the module helper: what a PyTorch user calls
                         compiled = {mode: torch.compile(block, dynamic=False, mode=mode) for mode in args.compile}
                         for tokens in args.tokens:
-                            rows.append(run_row(args, ctx, tuned_ctx, sampler, kind, residual, inter, tokens,
-                                                dtype_name, dtype, block, modules, converted, compiled))
+                            rows.append(run_row(args, ctx, tuned_ctx, sampler, memory, kind, residual, inter,
+                                                tokens, dtype_name, dtype, block, modules, converted, compiled))
     finally:
         if sampler:
             sampler.close()
@@ -248,7 +265,7 @@ def main():
                    "command": "python3 bench/ffn_blocks.py " +
                    " ".join(f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
                             for k, v in vars(args).items() if v not in (False, [])),
-                   "rows": rows}, f, indent=1)
+                   "memory": memory, "rows": rows}, f, indent=1)
 
 
 def step_kernels(plan):
@@ -257,8 +274,8 @@ def step_kernels(plan):
             for s in plan.describe()["steps"]]
 
 
-def run_row(args, ctx, tuned_ctx, sampler, kind, residual, inter, tokens, dtype_name, dtype, block, modules,
-            converted, compiled):
+def run_row(args, ctx, tuned_ctx, sampler, memory, kind, residual, inter, tokens, dtype_name, dtype, block,
+            modules, converted, compiled):
     import torch
 
     on_gpu = args.device == "cuda"
@@ -311,10 +328,18 @@ def run_row(args, ctx, tuned_ctx, sampler, kind, residual, inter, tokens, dtype_
            "rel_errors_vs_torch": errors, "clocks": clocks, "ge2_steps": steps, "ge2_kernels": kernels}
     if "ge2 tuned replay" in med:
         row["eager_over_ge2_tuned"] = med["torch eager"] / med["ge2 tuned replay"]
+    weight_bytes = sum(p.numel() * p.element_size() for p in block.parameters())
+    row["weight_bytes"] = weight_bytes
+    row["weight_gbs"] = weight_bytes / (ge2_default * 1e3)  # the default time's rate for the weights
+    stream_text = ""
+    if memory:
+        row["weight_fraction_of_read"] = row["weight_gbs"] / memory["read_gbs"]
+        stream_text = f"  weights {row['weight_gbs']:.0f} GB/s ({row['weight_fraction_of_read']:.0%} of read)"
     times = "  ".join(f"{k} {v:8.1f}" for k, v in med.items())
     clock_text = f"  {clocks['sm_clock_mhz']:.0f} MHz {clocks['power_w']:.0f} W" if clocks else ""
     print(f"{dtype_name:4s} {kind:9s} {'res' if residual else '   '} I={inter:5d} tokens {tokens:5d}: {times} us  "
-          f"eager/ge2 {row['eager_over_ge2']:.3f} (ge2's faster default mode)  err {errors['ge2']:.1e}{clock_text}  steps {steps}  "
+          f"eager/ge2 {row['eager_over_ge2']:.3f} (ge2's faster default mode)  err {errors['ge2']:.1e}{stream_text}"
+          f"{clock_text}  steps {steps}  "
           f"kernels {kernels}", flush=True)
     return row
 

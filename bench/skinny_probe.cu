@@ -3,19 +3,23 @@
 // warps per block x columns per warp x vectors in flight per column) against
 // the tensor-core form (skinny_mma.cuh: warps per block x 8-column tiles per
 // block x steps in flight per warp, "contiguous": a warp's steps in flight are
-// consecutive along K rather than interleaved with the other warps'), fp16, on FFN weights of
+// consecutive along K rather than interleaved with the other warps'; "split S": K split over S
+// blocks per column tile, "min B": compiled for B blocks per SM), beside a kernel that only reads
+// B ("read B": the rate this device streams it at), fp16, on FFN weights of
 // 7B-70B models. Each variant runs R launches between two events over weights rotated through more
 // memory than L2 holds; median of rounds, order rotated and reversed every round. Every variant's
 // output is compared with the first one's. Built on request: cmake --build build --target
 // skinny_probe; gpu-check.sh skinny runs it.
 //
-//   skinny_probe [--rounds N] [--json FILE] [--rows 1,2,4,8,16]
+//   skinny_probe [--rounds N] [--json FILE] [--rows 1,2,4,8,16] [--shapes NxK,...]
+//                [--only NAME,...]   (variants whose name contains one of these; the first stays)
 #include <cuda_fp16.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -34,7 +38,36 @@ using namespace ge2::cuda::skinny;
 struct Variant {
   std::string name;
   std::function<void(const Params&, cudaStream_t)> launch;
+  bool reference = false;  // reads B without computing D: the rate to compare with
 };
+
+// Every 16-byte vector of B read once, kInFlight per thread at a time, on
+// kBlocksPerSm blocks of 256 threads per SM: how fast this device streams B.
+template <int kInFlight>
+__global__ void read_kernel(const uint4* b, long long vectors, unsigned* sink) {
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  unsigned x = 0;
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < vectors;
+       i += kInFlight * stride) {
+    uint4 v[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u)
+      v[u] = i + u * stride < vectors ? __ldcs(b + i + u * stride) : uint4{};
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (x == 0x9e3779b9u) *sink = x;  // keeps the loads
+}
+
+template <int kInFlight, int kBlocksPerSm>
+Variant read_variant(int sm_count, unsigned* sink) {
+  return {fmt::format("read B {}x{}", kInFlight, kBlocksPerSm),
+          [sm_count, sink](const Params& p, cudaStream_t s) {
+            read_kernel<kInFlight><<<sm_count * kBlocksPerSm, 256, 0, s>>>(
+                static_cast<const uint4*>(p.b), static_cast<long long>(p.n) * p.k / 8, sink);
+          },
+          true};
+}
 
 template <int W, int C, int U>
 Variant variant() {
@@ -49,13 +82,40 @@ Variant mma_variant() {
       [](const Params& p, cudaStream_t s) { launch_mma<__half, MmaConfig<W, T, U, C>>(p, 1, s); }};
 }
 
+// K split over `S` blocks per column tile (Params::splits), or at least `MinBlocks` blocks per SM.
+template <int W, int T, int U, int S, int MinBlocks = 1>
+Variant split_variant() {
+  return {fmt::format("mma {}w x {}t x {}u split {}{}", W, T, U, S,
+                      MinBlocks > 1 ? fmt::format(" min {}", MinBlocks) : ""),
+          [](const Params& p, cudaStream_t s) {
+            Params q = p;
+            q.splits = S;
+            launch_mma<__half, MmaConfig<W, T, U, false, MinBlocks>>(q, 1, s);
+          }};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int rounds = 9;
   std::string json_path;
   std::vector<int> row_counts = {1, 2, 4, 8, 16};
+  std::vector<std::pair<int, int>> shapes = {{4096, 4096},  {11008, 4096}, {4096, 11008},
+                                             {14336, 4096}, {4096, 14336}, {8192, 8192},
+                                             {57344, 8192}, {8192, 28672}};  // (N, K)
+  std::vector<std::string> only;
   for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--shapes") && i + 1 < argc) {
+      shapes.clear();
+      for (char* item = std::strtok(argv[++i], ","); item; item = std::strtok(nullptr, ",")) {
+        int n = 0, k = 0;
+        if (std::sscanf(item, "%dx%d", &n, &k) == 2 && n > 0 && k > 0 && k % 8 == 0)
+          shapes.emplace_back(n, k);
+      }
+    }
+    if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
+      for (char* item = std::strtok(argv[++i], ","); item; item = std::strtok(nullptr, ","))
+        only.emplace_back(item);
     if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     if (!std::strcmp(argv[i], "--rows") && i + 1 < argc) {
@@ -64,19 +124,43 @@ int main(int argc, char** argv) {
         row_counts.push_back(std::clamp(std::atoi(item), 1, 16));
     }
   }
-  const std::vector<Variant> variants = {
-      variant<8, 2, 2>(),           mma_variant<8, 2, 4>(),        mma_variant<16, 4, 2>(),
-      mma_variant<8, 4, 4>(),       mma_variant<8, 2, 2, true>(),  mma_variant<8, 2, 4, true>(),
-      mma_variant<8, 2, 8, true>(), mma_variant<16, 2, 4, true>(), mma_variant<4, 2, 4, true>(),
-      mma_variant<8, 4, 4, true>(), mma_variant<16, 4, 2, true>(), mma_variant<4, 4, 8, true>()};
-  const std::vector<std::pair<int, int>> shapes = {{4096, 4096},  {11008, 4096}, {4096, 11008},
-                                                   {14336, 4096}, {4096, 14336}, {8192, 8192},
-                                                   {57344, 8192}, {8192, 28672}};  // (N, K)
   cudaStream_t stream;
   CUDA_OR_DIE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   GroupTimer timer;
   cudaDeviceProp props{};
   CUDA_OR_DIE(cudaGetDeviceProperties(&props, 0));
+  // The split variants' fp32 partial sums and tile counters, for the largest shape.
+  constexpr int kMaxSplits = 8;
+  int max_n = 0;
+  for (auto [n, k] : shapes) max_n = std::max(max_n, n);
+  float* partial;
+  unsigned *counters, *sink;
+  CUDA_OR_DIE(cudaMalloc(&partial, sizeof(float) * kMaxSplits * 16 * max_n));
+  CUDA_OR_DIE(cudaMalloc(&counters, sizeof(unsigned) * max_n));
+  CUDA_OR_DIE(cudaMemset(counters, 0, sizeof(unsigned) * max_n));
+  CUDA_OR_DIE(cudaMalloc(&sink, sizeof(unsigned)));
+  const int sms = props.multiProcessorCount;
+  std::vector<Variant> variants = {variant<8, 2, 2>(),
+                                   mma_variant<8, 2, 4>(),
+                                   mma_variant<8, 4, 4>(),
+                                   read_variant<4, 4>(sms, sink),
+                                   read_variant<8, 8>(sms, sink),
+                                   split_variant<8, 2, 4, 1, 4>(),
+                                   split_variant<8, 2, 4, 2>(),
+                                   split_variant<8, 2, 4, 3>(),
+                                   split_variant<8, 2, 4, 4>(),
+                                   split_variant<8, 2, 4, 8>(),
+                                   split_variant<8, 4, 4, 2>(),
+                                   split_variant<8, 4, 4, 4>()};
+  if (!only.empty())
+    variants.erase(std::remove_if(variants.begin() + 1, variants.end(),
+                                  [&](const Variant& v) {
+                                    return std::none_of(
+                                        only.begin(), only.end(), [&](const std::string& o) {
+                                          return v.name.find(o) != std::string::npos;
+                                        });
+                                  }),
+                   variants.end());
   nlohmann::json rows = nlohmann::json::array();
   std::mt19937 engine(7);
   std::uniform_real_distribution<float> uniform(-1.f, 1.f);
@@ -108,6 +192,8 @@ int main(int argc, char** argv) {
       p.ldd = n;
       p.alpha = 1.f;
       p.act = 0;
+      p.partial = partial;
+      p.counters = counters;
       auto with = [&](int copy, void* out) {
         Params q = p;
         q.b = bs[copy % copies];
@@ -146,7 +232,7 @@ int main(int argc, char** argv) {
         row["variants"][variants[v].name] = {
             {"us", us}, {"gbs", gbs}, {"difference", difference[v]}};
         line += fmt::format("  {} {:6.1f} us {:5.0f} GB/s", variants[v].name, us, gbs);
-        if (difference[v] > 1e-2) line += " MISMATCH";
+        if (difference[v] > 1e-2 && !variants[v].reference) line += " MISMATCH";
       }
       fmt::print("{}\n", line);
       rows.push_back(row);
@@ -156,6 +242,9 @@ int main(int argc, char** argv) {
     CUDA_OR_DIE(cudaFree(d));
     CUDA_OR_DIE(cudaFree(d0));
   }
+  CUDA_OR_DIE(cudaFree(partial));
+  CUDA_OR_DIE(cudaFree(counters));
+  CUDA_OR_DIE(cudaFree(sink));
   if (!json_path.empty())
     std::ofstream(json_path) << nlohmann::json{{"device", props.name}, {"rows", rows}}.dump(1);
   return 0;

@@ -20,8 +20,7 @@ using namespace ge2::test;
 namespace {
 
 // A forced cuda_skinny case: variant 0 without bias, 1 with bias and a last block of
-// 5 of its 16 columns (over 8 rows 29 of 32: blocks twice as wide need twice the N to
-// give half the SMs one), 2 with C (alpha, beta), 3 with padded rows (D's padding stays
+// 5 of its 16 columns, 2 with C (alpha, beta), 3 with padded rows (D's padding stays
 // poisoned: D needs no alignment). K: one vector, a partial 32-element step, or more
 // steps than one round of the tensor-core form's warps takes (8 warps x 4 steps of 32).
 GemmCase skinny_case(ge2_dtype_t dtype, std::int64_t m, ge2_activation_t act, int variant,
@@ -29,7 +28,7 @@ GemmCase skinny_case(ge2_dtype_t dtype, std::int64_t m, ge2_activation_t act, in
   GemmCase c;
   c.dtype = dtype;
   c.m = m;
-  c.n = (variant % 2 ? 1061 : 1064) + (m > 8 ? 1080 : 0);
+  c.n = variant % 2 ? 1061 : 1064;
   c.k = k_choice % 3 == 0 ? 8 : (k_choice % 3 == 1 ? 1000 : 4104);
   c.trans_b = true;
   c.act = act;
@@ -70,8 +69,7 @@ TEST_CASE("gpu skinny: the tensor-core form (16-bit data, 2-16 rows) matches fp6
   auto context = make_context(GE2_DEVICE_CUDA);
   DeviceMemory memory;
   int cases = 0;
-  // 9-16 rows: the 32-column blocks (N = 2141 ends in a partial one), the
-  // upper half of each m16n8k16 tile in use.
+  // 9-16 rows: the upper half of each m16n8k16 tile in use.
   for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
     for (std::int64_t m : {1, 2, 3, 7, 8, 9, 12, 16})
       for (ge2_activation_t act : {GE2_ACT_NONE, GE2_ACT_GELU_ERF, GE2_ACT_SILU})
@@ -81,14 +79,66 @@ TEST_CASE("gpu skinny: the tensor-core form (16-bit data, 2-16 rows) matches fp6
           CHECK(chosen_kernel(r.plan_json) == "cuda_skinny");
           // One row stays on CUDA cores.
           CHECK((r.plan_json.find("tensor cores") != std::string::npos) == (m >= 2));
-          if (m >= 2)
-            CHECK((r.plan_json.find("over 32 columns per block") != std::string::npos) == (m > 8));
+          if (m >= 2) CHECK(r.plan_json.find("over 16 columns per block") != std::string::npos);
           CHECK_MESSAGE(r.error <= gpu_tolerance(dtype, "cuda_skinny"),
                         c.label() << " error " << r.error);
           CHECK_MESSAGE(r.padding_changed == 0, c.label() << " wrote into D's row padding");
           ++cases;
         }
   MESSAGE("tensor-core cuda_skinny cases run: " << cases);
+}
+
+TEST_CASE("gpu skinny: K split over blocks matches fp64, on every execution of a plan") {
+  int device = 0, sms = 0;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess);
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  auto split = [](const GemmResult& r) {
+    return r.plan_json.find("K split over") != std::string::npos;
+  };
+  // The split needs a grid of 1-2 waves of resident blocks (skinny_k_splits), which
+  // depends on the kernel's occupancy: N for 1.2 waves at 1, 2, ... blocks per SM
+  // until one splits; its last 16-column tile is partial. K = 8200: 257 steps of 32,
+  // so the two splits take 129 and 128.
+  GemmCase c;
+  c.dtype = GE2_DTYPE_F16;
+  c.m = 2;
+  c.k = 8200;
+  c.trans_b = true;
+  c.force_kernel = "cuda_skinny";
+  bool found = false;
+  for (int per_sm = 1; per_sm <= 8 && !found; ++per_sm) {
+    c.n = 16 * (std::int64_t{sms} * per_sm * 6 / 5) - 5;
+    const auto r = run_gemm_case(context.get(), memory, c);
+    CHECK_MESSAGE(r.error <= gpu_tolerance(c.dtype, "cuda_skinny"), c.label() << " " << r.error);
+    found = split(r);
+  }
+  REQUIRE_MESSAGE(found, "no N up to 8 blocks per SM made cuda_skinny split K");
+  MESSAGE("K split at N = " << c.n);
+  int cases = 0;
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
+    for (std::int64_t m : {3, 5, 8}) {
+      GemmCase v = c;
+      v.dtype = dtype;
+      v.m = m;
+      v.act = cases % 2 ? GE2_ACT_SILU : GE2_ACT_GELU_ERF;
+      v.has_bias = cases % 3 != 2;
+      v.with_c = cases % 3 == 1;
+      v.alpha = v.with_c ? 0.75f : 1.0f;
+      v.beta = v.with_c ? -1.5f : 0.0f;
+      v.pad_ldd = cases % 3 == 2 ? 3 : 0;
+      const auto r = run_gemm_case(context.get(), memory, v);
+      CHECK(split(r));
+      CHECK_MESSAGE(r.error <= gpu_tolerance(dtype, "cuda_skinny"), v.label() << " " << r.error);
+      CHECK_MESSAGE(r.padding_changed == 0, v.label() << " wrote into D's row padding");
+      ++cases;
+    }
+  // One plan executed again and again: the tile counters start from zero each time,
+  // also after an unaligned execution on cuBLASLt, which shares the stream's workspace.
+  LinearLayer layer = make_linear_layer(context.get(), GE2_DTYPE_BF16, 4, c.n, c.k,
+                                        GE2_ACT_GELU_ERF, "cuda_skinny");
+  check_at_offsets(layer, {0, 16, 2, 0, 8});
 }
 
 TEST_CASE("gpu skinny: chosen untuned for decode-sized nn.Linear layers; batches fold into M") {

@@ -179,12 +179,13 @@ TEST_CASE("selector: cuda_skinny takes one-row GEMMs on nn.Linear weights, and s
       CHECK(candidate(select_gemm_kernel(linear(dtype, 9, 11008, 4096), h200, {}),
                       KernelId::CudaSkinny)
                 .feasible);
-    // Its blocks hold 32 columns over 8 rows: 2112 columns give the 132 SMs half a block each.
+    // Its blocks hold 16 columns at any row count: 1056 columns give the 132 SMs half a
+    // block each.
     if (dtype != DType::F32) {
-      CHECK(candidate(select_gemm_kernel(linear(dtype, 9, 2112, 4096), h200, {}),
+      CHECK(candidate(select_gemm_kernel(linear(dtype, 9, 1056, 4096), h200, {}),
                       KernelId::CudaSkinny)
                 .feasible);
-      CHECK(refused(linear(dtype, 9, 2080, 4096)).find("65 blocks of 32 columns") !=
+      CHECK(refused(linear(dtype, 16, 1040, 4096)).find("65 blocks of 16 columns") !=
             std::string::npos);
     }
     CHECK(refused(problem(dtype, 1, 11008, 4096)).find("not K-contiguous") != std::string::npos);

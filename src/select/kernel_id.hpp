@@ -4,6 +4,7 @@
 // ranks it by. A new kernel is a new row; backends say which rows they offer.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -47,11 +48,27 @@ enum class KernelFamily { Cublaslt, Cutlass, CudaFallback, CudaSkinny, CublasltF
 // more) takes up to 16 rows, one m16n8k16 tile; its CUDA-core form, whose time
 // grows with the rows, up to 8.
 inline constexpr int kSkinnyMaxRows = 16, kSkinnyCudaCoreMaxRows = 8;
-// Columns per thread block, by rows: over 8 rows the tensor-core form loads twice
-// the A fragments per B byte, so a block takes twice the columns to share them
-// (skinny_probe, H100, run 23: 16 rows x 8192 x 8192, 50.0 against 57.9 us).
-constexpr int skinny_columns_per_block(std::int64_t rows) {
-  return rows > kSkinnyCudaCoreMaxRows ? 32 : 16;
+// Columns per thread block, both forms, 1-16 rows. (Run 23 measured blocks of 32
+// columns 5-18% faster at 16 rows on four weights; with the kernel that can split
+// K, run 24 measured them slower at 16 rows on 13 of 15 weights, by up to 28%.)
+inline constexpr int kSkinnyColumnsPerBlock = 16;
+
+// Over how many blocks the tensor-core form splits each column tile's K, up to 8
+// rows: `tiles` blocks of kSkinnyColumnsPerBlock columns, `k_steps` steps of 32
+// along K, `slots` blocks the device keeps resident at once (SMs x blocks per SM).
+// A grid of long blocks that fills 3/4 to 2 waves of slots leaves SMs idle while
+// its last blocks run; up to 4 splits of at least 128 steps each even that out.
+// skinny_probe, H100, run 24, 2 and 8 rows: 1.22-1.27x on 8192 x 28672, 8192 x 29568
+// and 7168 x 18432 (N x K, 1.1-1.3 waves), 1.03-1.08x on 8192 x 8192, 5120 x 27648 and
+// 6144 x 16384; none of the nine weights the rule leaves whole ran faster split
+// (0.84-1.00x). 9-16 rows: no split (0.91x on 8192 x 8192, 0.85-1.19x elsewhere).
+constexpr int skinny_k_splits(std::int64_t rows, std::int64_t tiles, std::int64_t k_steps,
+                              std::int64_t slots) {
+  if (rows > kSkinnyCudaCoreMaxRows || slots <= 0) return 1;
+  const bool under_one_wave = 4 * tiles >= 3 * slots && tiles < slots;
+  const bool one_to_two_waves = tiles >= slots && tiles < 2 * slots;
+  if (!(under_one_wave && k_steps >= 512) && !(one_to_two_waves && k_steps >= 256)) return 1;
+  return static_cast<int>(std::min<std::int64_t>(4, k_steps / 128));
 }
 
 struct KernelCost {

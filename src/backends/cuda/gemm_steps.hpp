@@ -55,10 +55,13 @@ std::unique_ptr<Step> make_skinny_gemm_step(const GemmProblem& problem, const Ge
                                             std::unique_ptr<Step> unaligned_fallback);
 // Readies cuda_skinny for timing in the tuning mode.
 std::unique_ptr<FamilyTimer> make_skinny_timer(const DeviceInfo& device);
-// The form cuda_skinny runs `folded` (the batch folded into M) in on `device`: tensor
-// cores for 16-bit data from two rows on compute capability 8.0 and later
-// (skinny_on_tensor_cores), else CUDA cores.
-SkinnyForm skinny_form(const GemmProblem& folded, const DeviceInfo& device);
+// How cuda_skinny runs `folded` (the batch folded into M) on `device`: tensor cores
+// for 16-bit data from two rows on compute capability 8.0 and later
+// (skinny_on_tensor_cores), else CUDA cores; on tensor cores, one batch, K split as
+// skinny_k_splits says for the device's SMs keeping `tensor_core_blocks_per_sm`
+// blocks resident (skinny_tensor_core_blocks_per_sm).
+SkinnyLaunch skinny_launch(const GemmProblem& folded, const DeviceInfo& device,
+                           int tensor_core_blocks_per_sm);
 // lt_fp8_e4m3 and lt_fp8_e4m3_fast (docs/fp8.md): per-tensor e4m3 quantization of op(A) (and of
 // op(B) unless GemmSlots::b_prepared holds prepare_fp8_weight's copy) into the scratch slot, then
 // cuBLASLt's e4m3 GEMM; `unaligned_fallback` runs executions whose C, bias or D pointer is not

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -64,10 +65,27 @@ inline constexpr int kFallbackTileM = 64, kFallbackTileN = 64, kFallbackTileK = 
 // data on compute capability 8.0 and later (mma.sync), up to 16 rows; chosen by
 // skinny_form. CUDA cores take at most kSkinnyCudaCoreMaxRows rows.
 enum class SkinnyForm { CudaCores, TensorCores };
+// How one cuda_skinny GEMM runs: its form and, on tensor cores, over how many
+// blocks each column tile's K is split (skinny_k_splits; 1: not split).
+struct SkinnyLaunch {
+  SkinnyForm form = SkinnyForm::CudaCores;
+  int k_splits = 1;
+};
+// Blocks of the tensor-core form for up to 8 rows of `dtype` (16-bit) that one SM
+// of the current device keeps resident: with the SM count, the `slots` of
+// skinny_k_splits.
+int skinny_tensor_core_blocks_per_sm(DType dtype);
+// Workspace launch_skinny_gemm uses for `launch` of `problem` (0 when K is not
+// split): the fp32 partial sums, then a counter per column tile.
+std::size_t skinny_workspace_bytes(const GemmProblem& problem, const SkinnyLaunch& launch);
+// With less workspace than skinny_workspace_bytes a split launch runs unsplit.
+// A split launch zeroes its counters on `stream` first (the workspace is shared
+// with the stream's other steps).
 void launch_skinny_gemm(const GemmProblem& problem, const void* a, const void* b, const void* c,
-                        const void* bias, void* d, SkinnyForm form, cudaStream_t stream);
-// The configuration launch_skinny_gemm runs `rows` rows in `form`, as the plan and
-// the tuning database name it (a stored row of another configuration is stale).
-std::string skinny_configuration(SkinnyForm form, std::int64_t rows);
+                        const void* bias, void* d, const SkinnyLaunch& launch, void* workspace,
+                        std::size_t workspace_bytes, cudaStream_t stream);
+// The configuration `launch` runs, as the plan and the tuning database name it
+// (a stored row of another configuration is stale).
+std::string skinny_configuration(const SkinnyLaunch& launch);
 
 }  // namespace ge2::cuda

@@ -1,7 +1,7 @@
 // cuda_skinny: the library's instances of the kernels in skinny_gemm.cuh and
 // skinny_mma.cuh, for decode-sized GEMMs (M <= kSkinnyMaxRows) on nn.Linear
-// weights. One launch, no workspace, no library call: its host cost is a kernel
-// launch.
+// weights. One launch, no library call: its host cost is a kernel launch (and a
+// memset of the tile counters where K is split over blocks).
 #include <fmt/format.h>
 
 #include "backends/cuda/cuda_errors.hpp"
@@ -17,38 +17,57 @@ namespace {
 // the fastest of six configurations for one row on 7B-70B FFN weights, within
 // 1-3% of the best on the rest (bench/skinny_probe.cu, run 11).
 using LibraryConfig = skinny::Config<8, 2, 2>;
-static_assert(LibraryConfig::kColumnsPerBlock == skinny_columns_per_block(1));
-// The tensor-core form: eight warps splitting K, four steps in flight per warp,
-// over 16 columns up to 8 rows and 32 above (skinny_columns_per_block). Of twelve
-// configurations (bench/skinny_probe.cu, H100, runs 21 and 23) the first is the
-// fastest or within 5% at 2-8 rows on 7B-70B FFN weights; at 16 rows the second
-// is 5-18% faster than it where K >= 8192 or N >= 14336, 11% slower at 11008 x 4096.
+static_assert(LibraryConfig::kColumnsPerBlock == kSkinnyColumnsPerBlock);
+// The tensor-core form, 2-16 rows: eight warps splitting K over 16 columns per
+// block, four steps in flight per warp; the fastest of twelve configurations or
+// within 5% at 2-8 rows on 7B-70B FFN weights (bench/skinny_probe.cu, H100, runs 21
+// and 23), and at 16 rows faster than blocks of 32 columns on 13 of 15 weights (run 24).
 using MmaLibraryConfig = skinny::MmaConfig<8, 2, 4>;
-using MmaWideConfig = skinny::MmaConfig<8, 4, 4>;
-static_assert(MmaLibraryConfig::kColumnsPerBlock ==
-              skinny_columns_per_block(kSkinnyCudaCoreMaxRows));
-static_assert(MmaWideConfig::kColumnsPerBlock == skinny_columns_per_block(kSkinnyMaxRows));
+static_assert(MmaLibraryConfig::kColumnsPerBlock == kSkinnyColumnsPerBlock);
 static_assert(kSkinnyMaxRows <= 16, "an m16n8k16 tile holds 16 rows");
 
-// Calls f(Cfg{}, max_rows) with the tensor-core configuration that runs `rows` rows: the
-// one place the launch and the configuration text take it from.
-template <typename F>
-decltype(auto) with_mma_config(std::int64_t rows, F&& f) {
-  if (rows > kSkinnyCudaCoreMaxRows) return f(MmaWideConfig{}, kSkinnyMaxRows);
-  return f(MmaLibraryConfig{}, kSkinnyCudaCoreMaxRows);
+// The workspace of a split launch: fp32 partial sums, then the tile counters.
+struct SplitWorkspace {
+  std::size_t partial_bytes, counters_offset, bytes;
+};
+SplitWorkspace split_workspace(const GemmProblem& pr, int k_splits) {
+  const auto tiles =
+      static_cast<std::size_t>((pr.n + kSkinnyColumnsPerBlock - 1) / kSkinnyColumnsPerBlock);
+  const std::size_t partial = sizeof(float) * static_cast<std::size_t>(k_splits) *
+                              static_cast<std::size_t>(pr.m) * static_cast<std::size_t>(pr.n);
+  const std::size_t offset = (partial + 255) / 256 * 256;
+  return {partial, offset, offset + sizeof(unsigned) * tiles};
 }
 
 }  // namespace
 
-std::string skinny_configuration(SkinnyForm form, std::int64_t rows) {
-  if (form == SkinnyForm::TensorCores)
-    return with_mma_config(rows, [](auto cfg, int max_rows) {
-      using Cfg = decltype(cfg);
-      return fmt::format(
-          "tensor cores (mma.sync m16n8k16): {} warps splitting K over {} columns per block, {} "
-          "steps of 32 in flight per warp, up to {} rows, fp32 accumulation",
-          Cfg::kWarps, Cfg::kColumnsPerBlock, Cfg::kUnroll, max_rows);
-    });
+int skinny_tensor_core_blocks_per_sm(DType dtype) {
+  int blocks = 0;
+  with_cuda_type(dtype, [&](auto row) {
+    using T = typename decltype(row)::type;
+    if constexpr (sizeof(T) == 2)
+      GE2_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &blocks, skinny::mma_kernel<T, 8, MmaLibraryConfig>, 32 * MmaLibraryConfig::kWarps, 0));
+  });
+  return blocks;
+}
+
+std::size_t skinny_workspace_bytes(const GemmProblem& problem, const SkinnyLaunch& launch) {
+  return launch.k_splits > 1 ? split_workspace(problem, launch.k_splits).bytes : 0;
+}
+
+std::string skinny_configuration(const SkinnyLaunch& launch) {
+  if (launch.form == SkinnyForm::TensorCores) {
+    std::string text = fmt::format(
+        "tensor cores (mma.sync m16n8k16): {} warps splitting K over {} columns per block, {} "
+        "steps of 32 in flight per warp, up to {} rows, fp32 accumulation",
+        MmaLibraryConfig::kWarps, MmaLibraryConfig::kColumnsPerBlock, MmaLibraryConfig::kUnroll,
+        kSkinnyMaxRows);
+    if (launch.k_splits > 1)
+      text += fmt::format(", K split over {} blocks per column tile (fp32 partial sums)",
+                          launch.k_splits);
+    return text;
+  }
   return fmt::format(
       "{} warps of {} columns per block, {} vectors per column in flight, up to {} rows, fp32 "
       "accumulation",
@@ -56,7 +75,9 @@ std::string skinny_configuration(SkinnyForm form, std::int64_t rows) {
 }
 
 void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, const void* c,
-                        const void* bias, void* d, SkinnyForm form, cudaStream_t stream) {
+                        const void* bias, void* d, const SkinnyLaunch& launch, void* workspace,
+                        std::size_t workspace_bytes, cudaStream_t stream) {
+  const SkinnyForm form = launch.form;
   // The selector admitted the problem (skinny_layout_problem); these restate its invariants.
   const MatrixView op_a = pr.op_a(), op_b = pr.op_b();
   require(pr.m >= 1 && pr.m <= kSkinnyMaxRows && op_a.col_stride == 1 && op_b.row_stride == 1 &&
@@ -66,6 +87,10 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
       form == SkinnyForm::CudaCores ? pr.m <= kSkinnyCudaCoreMaxRows : dtype_size(pr.dtype) == 2,
       GE2_ERROR_INTERNAL, "cuda_skinny: GEMM {} is outside the {} form", pr,
       form == SkinnyForm::CudaCores ? "CUDA-core" : "tensor-core");
+  require(launch.k_splits == 1 ||
+              (form == SkinnyForm::TensorCores && pr.batch == 1 && launch.k_splits <= 64),
+          GE2_ERROR_INTERNAL, "cuda_skinny: K split over {} blocks for GEMM {}", launch.k_splits,
+          pr);
   skinny::Params p{};
   p.a = a;
   p.b = b;
@@ -89,13 +114,20 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
   p.act = static_cast<int>(pr.act);
   p.has_c = pr.has_c;
   p.has_bias = pr.has_bias;
+  if (launch.k_splits > 1 && workspace != nullptr &&
+      workspace_bytes >= skinny_workspace_bytes(pr, launch)) {
+    const SplitWorkspace w = split_workspace(pr, launch.k_splits);
+    p.splits = launch.k_splits;
+    p.partial = static_cast<float*>(workspace);
+    p.counters = reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + w.counters_offset);
+    GE2_CUDA_CHECK(cudaMemsetAsync(p.counters, 0, w.bytes - w.counters_offset, stream));
+  }
   with_cuda_type(pr.dtype, [&](auto row) {
     using T = typename decltype(row)::type;
     const int batch = static_cast<int>(pr.batch);
     if constexpr (sizeof(T) == 2) {
       if (form == SkinnyForm::TensorCores) {
-        with_mma_config(
-            p.m, [&](auto cfg, int) { skinny::launch_mma<T, decltype(cfg)>(p, batch, stream); });
+        skinny::launch_mma<T, MmaLibraryConfig>(p, batch, stream);
         return;
       }
     }

@@ -26,6 +26,14 @@ struct Params {
   long long bias_stride;
   float alpha, beta;
   int act, has_c, has_bias;
+  // The tensor-core form's split of K over blocks (grid z): with splits > 1 each
+  // block writes its share to partial[((z * splits + split) * m + r) * n + col]
+  // (fp32) and the last block of a column tile, counted in counters[z * tiles +
+  // tile] (zeroed before the launch), sums the splits in order and stores D, so
+  // the result does not depend on which block ends last.
+  int splits;
+  float* partial;
+  unsigned* counters;
 };
 
 // Warps per block, columns per warp, B vectors per column in flight.

@@ -9,12 +9,24 @@
 
 namespace ge2::cuda {
 
-SkinnyForm skinny_form(const GemmProblem& folded, const DeviceInfo& device) {
+SkinnyLaunch skinny_launch(const GemmProblem& folded, const DeviceInfo& device,
+                           int tensor_core_blocks_per_sm) {
   // One row stays on CUDA cores, which stream it at 3.4-4.4 TB/s (H200, run 11).
-  return skinny_on_tensor_cores(folded, device) ? SkinnyForm::TensorCores : SkinnyForm::CudaCores;
+  if (!skinny_on_tensor_cores(folded, device)) return {SkinnyForm::CudaCores, 1};
+  if (folded.batch != 1) return {SkinnyForm::TensorCores, 1};
+  const std::int64_t tiles = (folded.n + kSkinnyColumnsPerBlock - 1) / kSkinnyColumnsPerBlock;
+  const std::int64_t slots = std::int64_t{device.sm_count} * tensor_core_blocks_per_sm;
+  return {SkinnyForm::TensorCores, skinny_k_splits(folded.m, tiles, (folded.k + 31) / 32, slots)};
 }
 
 namespace {
+
+// skinny_launch with the occupancy of the current device's kernel.
+SkinnyLaunch plan_launch(const GemmProblem& folded, const DeviceInfo& device) {
+  return skinny_launch(
+      folded, device,
+      skinny_on_tensor_cores(folded, device) ? skinny_tensor_core_blocks_per_sm(folded.dtype) : 0);
+}
 
 class SkinnyGemmStep final : public Step {
  public:
@@ -23,7 +35,7 @@ class SkinnyGemmStep final : public Step {
       : problem_(skinny_problem(problem)),
         folded_(problem_.batch != problem.batch),
         slots_(slots),
-        form_(skinny_form(problem_, device)),
+        launch_(plan_launch(problem_, device)),
         fallback_(std::move(unaligned_fallback)) {
     const std::string layout = skinny_layout_problem(problem, device);
     require(layout.empty(), GE2_ERROR_UNSUPPORTED, "cuda_skinny: {}", layout);
@@ -38,20 +50,20 @@ class SkinnyGemmStep final : public Step {
       return;
     }
     launch_skinny_gemm(problem_, a, b, slot_pointer(s, slots_.c), slot_pointer(s, slots_.bias),
-                       slot_pointer(s, slots_.d), form_, static_cast<cudaStream_t>(s.stream));
+                       slot_pointer(s, slots_.d), launch_, s.workspace, s.workspace_bytes,
+                       static_cast<cudaStream_t>(s.stream));
   }
 
   nlohmann::json describe() const override {
-    return fused_kernel_description("cuda_skinny", "cuda_skinny",
-                                    skinny_configuration(form_, problem_.m), problem_, folded_,
-                                    fallback_.get());
+    return fused_kernel_description("cuda_skinny", "cuda_skinny", skinny_configuration(launch_),
+                                    problem_, folded_, fallback_.get());
   }
 
  private:
   GemmProblem problem_;
   bool folded_;
   GemmSlots slots_;
-  SkinnyForm form_;
+  SkinnyLaunch launch_;
   std::unique_ptr<Step> fallback_;
 };
 
@@ -65,20 +77,20 @@ class SkinnyTimer final : public FamilyTimer {
     if (original.gated || !skinny_layout_problem(original, device_).empty()) return std::nullopt;
     // A folded batch reads the same memory as the rig's batched operands.
     const GemmProblem problem = skinny_problem(original);
-    const SkinnyForm form = skinny_form(problem, device_);
-    auto run = [&rig, problem, form](int set) {
+    const SkinnyLaunch launch = plan_launch(problem, device_);
+    auto run = [&rig, problem, launch](int set) {
       const LtPointers q = rig.pointers(set, rig.output());
-      launch_skinny_gemm(problem, q.a, q.b, q.c, q.bias, q.d, form, rig.stream());
+      launch_skinny_gemm(problem, q.a, q.b, q.c, q.bias, q.d, launch, rig.workspace(),
+                         rig.workspace_bytes(), rig.stream());
     };
-    return RivalKernel{
-        kernel, false, run, {{"configuration", skinny_configuration(form, problem.m)}}};
+    return RivalKernel{kernel, false, run, {{"configuration", skinny_configuration(launch)}}};
   }
 
   bool row_matches(KernelId, const GemmProblem& problem,
                    const nlohmann::json& stored) const override {
     const GemmProblem folded = skinny_problem(problem);
-    return stored.is_object() && stored.value("configuration", "") ==
-                                     skinny_configuration(skinny_form(folded, device_), folded.m);
+    return stored.is_object() &&
+           stored.value("configuration", "") == skinny_configuration(plan_launch(folded, device_));
   }
 
  private:

@@ -7,7 +7,9 @@
 // takes 16 rows for the price of one, and the GEMM stays a stream of B.
 // A block owns kTiles * 8 columns; its warps split K in 32-element steps taken
 // in turn (warp w: steps w, w + kWarps, ...), so together they read B's rows
-// front to back, and add their partial sums in shared memory at the end.
+// front to back, and add their partial sums in shared memory at the end. Where
+// a grid of such blocks fills the chip unevenly, K is also split over blocks
+// (Params::splits, skinny_k_splits), which add up through fp32 partial sums.
 //
 // The sum over k does not depend on the order of its terms, so each lane loads
 // one 16-byte vector (8 consecutive k) of a B row and of each A row and feeds
@@ -30,10 +32,11 @@ namespace ge2::cuda::skinny {
 // warp; with kContiguous a warp's kUnroll steps in flight are consecutive (a
 // run of 64 kUnroll bytes of each B row), else they are kWarps steps apart and
 // the block's warps together read each row front to back.
-template <int kWarpsT, int kTilesT, int kUnrollT, bool kContiguousT = false>
+template <int kWarpsT, int kTilesT, int kUnrollT, bool kContiguousT = false, int kMinBlocksT = 1>
 struct MmaConfig {
   static constexpr int kWarps = kWarpsT, kTiles = kTilesT, kUnroll = kUnrollT;
   static constexpr bool kContiguous = kContiguousT;
+  static constexpr int kMinBlocks = kMinBlocksT;  // __launch_bounds__'s blocks per SM
   static constexpr int kColumnsPerBlock = 8 * kTiles;
 };
 
@@ -61,7 +64,7 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], unsigned a0, unsigned a
 
 // kRows: 8 (rows g only; the upper half of each tile multiplies zeros) or 16.
 template <typename T, int kRows, typename Cfg>
-__global__ void __launch_bounds__(32 * Cfg::kWarps) mma_kernel(Params p) {
+__global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(Params p) {
   static_assert(sizeof(T) == 2, "mma.sync m16n8k16 takes 16-bit inputs");
   static_assert(kRows == 8 || kRows == 16);
   constexpr int kWarps = Cfg::kWarps, kTiles = Cfg::kTiles, kUnroll = Cfg::kUnroll;
@@ -85,15 +88,21 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps) mma_kernel(Params p) {
   const T* a1 = a_base + (has_row1 ? g + 8 : 0) * p.lda;
 
   float acc[kTiles][4] = {};
-  const int steps = (p.k + 31) / 32;
+  // This block's steps of 32 along K: all of them, or its split's share.
+  const int splits = gridDim.z, split = blockIdx.z;
+  const int all_steps = (p.k + 31) / 32, split_steps = (all_steps + splits - 1) / splits;
+  const int first_step = split * split_steps;
+  const int end_step = min(all_steps, first_step + split_steps);
   constexpr int kStepStride = Cfg::kContiguous ? 1 : kWarps;  // between a warp's steps in a round
-  for (int s0 = Cfg::kContiguous ? warp * kUnroll : warp; s0 < steps; s0 += kWarps * kUnroll) {
+  for (int s0 = first_step + (Cfg::kContiguous ? warp * kUnroll : warp); s0 < end_step;
+       s0 += kWarps * kUnroll) {
     // Every load of the round first: they are in flight together.
     uint4 bv[kUnroll][kTiles], av[kUnroll][2];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int k = 32 * (s0 + u * kStepStride);
-      const bool in_k = k + 8 * t < p.k;  // K is a multiple of 8: a vector is all in or all out
+      const int step = s0 + u * kStepStride, k = 32 * step;
+      // K is a multiple of 8: a vector is all in or all out.
+      const bool in_k = step < end_step && k + 8 * t < p.k;
 #pragma unroll
       for (int i = 0; i < kTiles; ++i)  // read once: streamed past L1
         bv[u][i] = in_k ? __ldcs(reinterpret_cast<const uint4*>(b[i] + k)) : uint4{};
@@ -130,6 +139,29 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps) mma_kernel(Params p) {
     float sum = 0.f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) sum += partial[w][r][c];
+    if (splits == 1)
+      store_output<T>(p, z, r, col, sum);
+    else
+      p.partial[((z * splits + split) * p.m + r) * p.n + col] = sum;
+  }
+  if (splits == 1) return;
+
+  // Split K: the last block of this column tile to finish sums the splits.
+  __shared__ bool last;
+  __threadfence();  // this block's partial sums are visible before it is counted
+  __syncthreads();
+  unsigned* counter = p.counters + z * gridDim.x + blockIdx.x;
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == static_cast<unsigned>(splits - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int e = threadIdx.x; e < kRows * kCols; e += 32 * kWarps) {
+    const int r = e / kCols, c = e % kCols;
+    const long long col = col0 + c;
+    if (r >= p.m || col >= p.n) continue;
+    float sum = 0.f;
+    for (int s = 0; s < splits; ++s)  // L2, not L1: other SMs wrote them
+      sum += __ldcg(p.partial + ((z * splits + s) * p.m + r) * p.n + col);
     store_output<T>(p, z, r, col, sum);
   }
 }
@@ -138,7 +170,7 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps) mma_kernel(Params p) {
 template <typename T, typename Cfg>
 void launch_mma(const Params& p, int batch, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n + Cfg::kColumnsPerBlock - 1) / Cfg::kColumnsPerBlock),
-                  static_cast<unsigned>(batch));
+                  static_cast<unsigned>(batch), static_cast<unsigned>(p.splits > 1 ? p.splits : 1));
   constexpr int threads = 32 * Cfg::kWarps;
   if (p.m <= 8)
     mma_kernel<T, 8, Cfg><<<grid, threads, 0, stream>>>(p);
