@@ -70,7 +70,7 @@ std::optional<AlgoChoice> AlgoChooser::from_record(const LtMatmul& matmul, const
 
 AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key, TuneDb::Replace replace,
                                  const GemmProblem* gated_form) {
-  Tuner tuner(handle_, workspace_bytes_, l2_cache_bytes());
+  Tuner tuner(handle_, workspace_bytes_, l2_cache_bytes(), device_.sm_count);
   const GemmProblem plain = without_gated_output(matmul.problem());  // see measured()
   const TuneOutcome outcome = tuner.tune(matmul, rivals_of(plain, gated_form));
   tuned_ += 1 + static_cast<int>(outcome.rivals.size());

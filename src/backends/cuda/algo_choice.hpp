@@ -62,6 +62,7 @@ class AlgoChooser {
   AlgoChoice heuristic(const LtMatmul& matmul, std::uint32_t alignment) const;
   MeasuredTime measured_times();
   nlohmann::json describe() const;
+  int sm_count() const { return device_.sm_count; }
 
  private:
   // `gated_form`: the gated unit (GemmProblem::gated) whose plain GEMM `matmul`

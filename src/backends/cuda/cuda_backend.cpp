@@ -168,7 +168,7 @@ class CudaBackend final : public Backend {
   }
   std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                          const ElementwiseSlots& slots) override {
-    return make_elementwise_step(problem, slots);
+    return make_elementwise_step(problem, slots, device_.sm_count);
   }
   std::size_t gemm_scratch_bytes(KernelId kernel, const GemmProblem& problem,
                                  bool b_prepared) const override {

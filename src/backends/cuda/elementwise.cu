@@ -125,7 +125,8 @@ void with_op(const ElementwiseParams& p, Launch&& launch) {
 using FlatConfig = flat::Config<128, 1>;
 
 template <typename T>
-void launch_typed(const ElementwiseParams& p, bool vectorise, bool dense, cudaStream_t stream) {
+void launch_typed(const ElementwiseParams& p, bool vectorise, bool dense, int sm_count,
+                  cudaStream_t stream) {
   constexpr int kThreads = 256;
   if (vectorise && dense) {
     const long long per_row = p.cols / (16 / static_cast<long long>(sizeof(T)));
@@ -139,7 +140,7 @@ void launch_typed(const ElementwiseParams& p, bool vectorise, bool dense, cudaSt
     const long long rows = p.batch * p.rows;
     // Four rows per thread once there are rows enough to fill the chip that way.
     with_op(p, [&](auto op) {
-      if (rows >= 4 * 132) {
+      if (rows >= 4LL * sm_count) {
         constexpr int kRows = 4;
         elementwise_rows<T, kRows>
             <<<grid_2d((rows + kRows - 1) / kRows, vectors, kThreads), kThreads, 0, stream>>>(p,
@@ -152,15 +153,15 @@ void launch_typed(const ElementwiseParams& p, bool vectorise, bool dense, cudaSt
   }
   const long long work = p.batch * p.rows * p.cols;
   // Enough blocks to fill the chip several times; the loops stride over the rest.
-  const unsigned blocks = static_cast<unsigned>(
-      std::max<long long>(1, std::min<long long>((work + kThreads - 1) / kThreads, 132LL * 16)));
+  const unsigned blocks = static_cast<unsigned>(std::max<long long>(
+      1, std::min<long long>((work + kThreads - 1) / kThreads, 16LL * std::max(1, sm_count))));
   elementwise_strided<T><<<blocks, kThreads, 0, stream>>>(p);
 }
 
 }  // namespace
 
 void launch_elementwise(const ElementwiseProblem& pr, const void* x, const void* bias, void* out,
-                        cudaStream_t stream, const void* y) {
+                        int sm_count, cudaStream_t stream, const void* y) {
   const MatrixView xv = matrix_view(pr.x), ov = matrix_view(pr.out);
   const bool combine = pr.combine != Combine::None;
   const MatrixView yv = combine ? matrix_view(pr.y) : MatrixView{};
@@ -207,7 +208,7 @@ void launch_elementwise(const ElementwiseProblem& pr, const void* x, const void*
   const bool flat = dense(xv) && dense(ov) && y_like_x;
   with_cuda_type(pr.x.dtype, [&](auto row) {
     using T = typename decltype(row)::type;
-    launch_typed<T>(p, vectorise, flat, stream);
+    launch_typed<T>(p, vectorise, flat, sm_count, stream);
   });
   GE2_CUDA_CHECK(cudaGetLastError());
 }

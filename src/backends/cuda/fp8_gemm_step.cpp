@@ -121,7 +121,7 @@ class Fp8GemmStep final : public Step {
       launch_activation_amax(problem_.dtype, problem_.act, problem_.d, d, amax_out, sm_count_,
                              stream);
     } else if (matmul_.needs_separate_activation()) {
-      launch_elementwise(activation_, d, nullptr, d, stream);
+      launch_elementwise(activation_, d, nullptr, d, sm_count_, stream);
     } else if (amax_out != nullptr) {
       launch_amax(problem_.dtype, problem_.d, d, amax_out, sm_count_, stream);
     }

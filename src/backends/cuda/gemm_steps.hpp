@@ -76,6 +76,6 @@ void prepare_fp8_weight(const GemmProblem& problem, const void* b, void* prepare
 // cuda_f32: any dtype, layout and epilogue.
 std::unique_ptr<Step> make_fallback_gemm_step(const GemmProblem& problem, const GemmSlots& slots);
 std::unique_ptr<Step> make_elementwise_step(const ElementwiseProblem& problem,
-                                            const ElementwiseSlots& slots);
+                                            const ElementwiseSlots& slots, int sm_count);
 
 }  // namespace ge2::cuda

@@ -21,9 +21,10 @@ void launch_fallback_gemm(const GemmProblem& problem, const void* a, const void*
 // Row-contiguous 16-byte-aligned tensors take a row path, dense ones a flat
 // one; a y (add or multiply) rides along on the flat path when it is laid out
 // like a dense x, on the row path when its rows are aligned 16-byte vectors
-// (broadcast over rows included), and otherwise the strided kernel runs.
+// (broadcast over rows included), and otherwise the strided kernel runs; those two
+// size their grids by the device's `sm_count`.
 void launch_elementwise(const ElementwiseProblem& problem, const void* x, const void* bias,
-                        void* out, cudaStream_t stream, const void* y = nullptr);
+                        void* out, int sm_count, cudaStream_t stream, const void* y = nullptr);
 
 // dst[z][i][j] = act(src(z, i, j)) inside src's rows x cols, 0 in the rest of
 // dst's extent: staging copies into aligned, zero-padded buffers and copies back

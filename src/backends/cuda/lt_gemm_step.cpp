@@ -41,7 +41,7 @@ class LtGemmStep final : public Step {
       return;  // ran on cuda_f32
     }
     if (matmul_.needs_separate_activation())
-      launch_elementwise(activation_, pointers.d, nullptr, pointers.d, stream);
+      launch_elementwise(activation_, pointers.d, nullptr, pointers.d, chooser_.sm_count(), stream);
   }
 
   nlohmann::json describe() const override {

@@ -31,11 +31,11 @@ class FallbackGemmStep final : public Step {
 
 class ElementwiseStep final : public Step {
  public:
-  ElementwiseStep(const ElementwiseProblem& problem, const ElementwiseSlots& slots)
-      : problem_(problem), slots_(slots) {}
+  ElementwiseStep(const ElementwiseProblem& problem, const ElementwiseSlots& slots, int sm_count)
+      : problem_(problem), slots_(slots), sm_count_(sm_count) {}
   void run(const ExecState& s) override {
     launch_elementwise(problem_, slot_pointer(s, slots_.x), slot_pointer(s, slots_.bias),
-                       slot_pointer(s, slots_.out), static_cast<cudaStream_t>(s.stream),
+                       slot_pointer(s, slots_.out), sm_count_, static_cast<cudaStream_t>(s.stream),
                        problem_.y_at(slot_pointer(s, slots_.y)));
   }
   nlohmann::json describe() const override { return {{"name", "cuda_elementwise"}}; }
@@ -43,6 +43,7 @@ class ElementwiseStep final : public Step {
  private:
   ElementwiseProblem problem_;
   ElementwiseSlots slots_;
+  int sm_count_;
 };
 
 }  // namespace
@@ -69,8 +70,8 @@ std::unique_ptr<Step> make_fallback_gemm_step(const GemmProblem& problem, const 
 }
 
 std::unique_ptr<Step> make_elementwise_step(const ElementwiseProblem& problem,
-                                            const ElementwiseSlots& slots) {
-  return std::make_unique<ElementwiseStep>(problem, slots);
+                                            const ElementwiseSlots& slots, int sm_count) {
+  return std::make_unique<ElementwiseStep>(problem, slots, sm_count);
 }
 
 }  // namespace ge2::cuda

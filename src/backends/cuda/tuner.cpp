@@ -9,8 +9,11 @@
 
 namespace ge2::cuda {
 
-Tuner::Tuner(cublasLtHandle_t handle, std::size_t max_workspace_bytes, int l2_bytes)
-    : handle_(handle), max_workspace_(max_workspace_bytes), l2_bytes_(l2_bytes) {}
+Tuner::Tuner(cublasLtHandle_t handle, std::size_t max_workspace_bytes, int l2_bytes, int sm_count)
+    : handle_(handle),
+      max_workspace_(max_workspace_bytes),
+      l2_bytes_(l2_bytes),
+      sm_count_(sm_count) {}
 
 TuneOutcome Tuner::tune(LtMatmul& matmul, const RivalSource& rival_source) {
   const GemmProblem& p = matmul.problem();
@@ -21,7 +24,7 @@ TuneOutcome Tuner::tune(LtMatmul& matmul, const RivalSource& rival_source) {
       matmul.needs_separate_activation() ? std::optional(matmul.activation_pass()) : std::nullopt;
   auto run = [&](const cublasLtMatmulAlgo_t& algo, int set, void* d) {
     matmul.run(algo, rig.pointers(set, d), rig.workspace(), max_workspace_, rig.stream());
-    if (pass) launch_elementwise(*pass, d, nullptr, d, rig.stream());
+    if (pass) launch_elementwise(*pass, d, nullptr, d, sm_count_, rig.stream());
   };
 
   const auto heuristic = matmul.heuristic(1, max_workspace_, 16);

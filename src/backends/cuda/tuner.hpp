@@ -53,7 +53,8 @@ struct TuneOutcome {
 
 class Tuner {
  public:
-  Tuner(cublasLtHandle_t handle, std::size_t max_workspace_bytes, int l2_bytes);
+  // sm_count: the device's, for the separate activation pass's launch.
+  Tuner(cublasLtHandle_t handle, std::size_t max_workspace_bytes, int l2_bytes, int sm_count);
   // The heuristic's first choice, every other candidate that agrees with it and
   // the rivals, timed interleaved (TimingRig::interleaved_medians_us).
   TuneOutcome tune(LtMatmul& matmul, const RivalSource& rivals = {});
@@ -62,6 +63,7 @@ class Tuner {
   cublasLtHandle_t handle_;
   std::size_t max_workspace_;
   int l2_bytes_;
+  int sm_count_;
 };
 
 }  // namespace ge2::cuda
