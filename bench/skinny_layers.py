@@ -50,7 +50,7 @@ def main():
                 x = torch.randn(m, k, device="cuda", dtype=dtype)
                 ref = x.double() @ w.double().T + b.double()
                 refs = {"none": ref, "erf": F.gelu(ref)}
-                runs, outs, kernels = {}, {}, {}
+                runs, outs, kernels, configurations = {}, {}, {}, {}
                 for act, name in ((None, "none"), ("gelu", "erf")):
                     for suffix, force in (("", None), ("_skinny", "cuda_skinny"), ("_lt", f"lt_{dtype_name}")):
                         g = ge2.Graph()
@@ -66,8 +66,9 @@ def main():
                         key = f"ge2_{name}{suffix}"
                         runs[key] = lambda p=plan, y=y: p.execute({"x": x, "w": w, "b": b, "y": y})
                         outs[key] = y
-                        kernels[key] = [s["selection"]["kernel"] for s in plan.describe()["steps"]
-                                        if "selection" in s][0]
+                        step = [s for s in plan.describe()["steps"] if "selection" in s][0]
+                        kernels[key] = step["selection"]["kernel"]
+                        configurations[key] = step.get("kernel", {}).get("configuration", "")
                 runs["torch_none"] = lambda: outs.__setitem__("torch_none", F.linear(x, w, b))
                 runs["torch_erf"] = lambda: outs.__setitem__("torch_erf", F.gelu(F.linear(x, w, b)))
                 with torch.no_grad():
@@ -82,7 +83,7 @@ def main():
                 gbytes = (n * k + m * k + m * n) * x.element_size() / 1e9
                 row = {"dtype": dtype_name, "m": m, "n": n, "k": k, "device_us": device, "eager_us": eager,
                        "device_gbs": {key: gbytes / (t * 1e-6) for key, t in device.items()},
-                       "rel_error": errors, "kernels": kernels}
+                       "rel_error": errors, "kernels": kernels, "configurations": configurations}
                 rows.append(row)
                 best = lambda d, key: d.get(key, float("nan"))  # noqa: E731
                 print(f"{dtype_name} {m:2d}x{n}x{k}: device none skinny {best(device, 'ge2_none_skinny'):6.1f} "
@@ -91,7 +92,8 @@ def main():
                       f"lt+pass {best(device, 'ge2_erf_lt'):6.1f} torch {device['torch_erf']:6.1f} | eager erf "
                       f"default {eager['ge2_erf']:6.1f} torch {eager['torch_erf']:6.1f} | skinny "
                       f"{row['device_gbs'].get('ge2_none_skinny', 0):6.0f} GB/s | max err "
-                      f"{max(errors.values()):.1e}", flush=True)
+                      f"{max(errors.values()):.1e}{' | K split' if 'K split' in configurations.get('ge2_none_skinny', '') else ''}",
+                      flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "skinny_layers.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "ge2": ge2.__version__,

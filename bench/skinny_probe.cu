@@ -90,6 +90,8 @@ Variant split_variant() {
           [](const Params& p, cudaStream_t s) {
             Params q = p;
             q.splits = S;
+            if (S > 1)  // as launch_skinny_gemm does: the tile counters start from zero
+              CUDA_OR_DIE(cudaMemsetAsync(q.counters, 0, sizeof(unsigned) * ((q.n + 15) / 16), s));
             launch_mma<__half, MmaConfig<W, T, U, false, MinBlocks>>(q, 1, s);
           }};
 }
