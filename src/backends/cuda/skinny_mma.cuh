@@ -132,18 +132,27 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(
     }
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < kRows * kCols; e += 32 * kWarps) {
-    const int r = e / kCols, c = e % kCols;
-    const long long col = col0 + c;
-    if (r >= p.m || col >= p.n) continue;
+  // f(r, c, col) for each of the block's outputs inside D: row r, its column c, D's column col.
+  auto for_each_output = [&](auto&& f) {
+    for (int e = threadIdx.x; e < kRows * kCols; e += 32 * kWarps) {
+      const int r = e / kCols, c = e % kCols;
+      const long long col = col0 + c;
+      if (r < p.m && col < p.n) f(r, c, col);
+    }
+  };
+  // Where split s keeps its sum for D[r, col].
+  auto split_sum = [&](int s, int r, long long col) {
+    return p.partial + ((z * splits + s) * p.m + r) * p.n + col;
+  };
+  for_each_output([&](int r, int c, long long col) {
     float sum = 0.f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) sum += partial[w][r][c];
     if (splits == 1)
       store_output<T>(p, z, r, col, sum);
     else
-      p.partial[((z * splits + split) * p.m + r) * p.n + col] = sum;
-  }
+      *split_sum(split, r, col) = sum;
+  });
   if (splits == 1) return;
 
   // Split K: the last block of this column tile to finish sums the splits.
@@ -155,15 +164,12 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(
   __syncthreads();
   if (!last) return;
   __threadfence();
-  for (int e = threadIdx.x; e < kRows * kCols; e += 32 * kWarps) {
-    const int r = e / kCols, c = e % kCols;
-    const long long col = col0 + c;
-    if (r >= p.m || col >= p.n) continue;
+  for_each_output([&](int r, int, long long col) {
     float sum = 0.f;
-    for (int s = 0; s < splits; ++s)  // L2, not L1: other SMs wrote them
-      sum += __ldcg(p.partial + ((z * splits + s) * p.m + r) * p.n + col);
+    for (int s = 0; s < splits; ++s)
+      sum += __ldcg(split_sum(s, r, col));  // L2: other SMs wrote them
     store_output<T>(p, z, r, col, sum);
-  }
+  });
 }
 
 // Launches the instance for p.m rows (at most 16) on `stream`.
