@@ -64,7 +64,7 @@ inline constexpr int kFallbackTileM = 64, kFallbackTileN = 64, kFallbackTileK = 
 // skinny_layout_problem), A and B at 16-byte-aligned addresses.
 // CudaCores: skinny_gemm.cuh, every dtype. TensorCores: skinny_mma.cuh, 16-bit
 // data on compute capability 8.0 and later (mma.sync), up to 16 rows; chosen by
-// skinny_form. CUDA cores take at most kSkinnyCudaCoreMaxRows rows.
+// skinny_launch (gemm_steps.hpp). CUDA cores take at most kSkinnyCudaCoreMaxRows rows.
 enum class SkinnyForm { CudaCores, TensorCores };
 // How one cuda_skinny GEMM runs: its form and, on tensor cores, over how many
 // blocks each column tile's K is split (skinny_k_splits; 1: not split).
@@ -79,9 +79,10 @@ int skinny_tensor_core_blocks_per_sm(DType dtype);
 // Workspace launch_skinny_gemm uses for `launch` of `problem` (0 when K is not
 // split): the fp32 partial sums, then a counter per column tile.
 std::size_t skinny_workspace_bytes(const GemmProblem& problem, const SkinnyLaunch& launch);
-// With less workspace than skinny_workspace_bytes a split launch runs unsplit.
 // A split launch zeroes its counters on `stream` first (the workspace is shared
-// with the stream's other steps).
+// with the stream's other steps). With less workspace than skinny_workspace_bytes
+// it runs unsplit, correct and slower; the rule's grids (at most two waves of
+// resident blocks, at most 8 rows) need a few MB of the 32 MB per stream.
 void launch_skinny_gemm(const GemmProblem& problem, const void* a, const void* b, const void* c,
                         const void* bias, void* d, const SkinnyLaunch& launch, void* workspace,
                         std::size_t workspace_bytes, cudaStream_t stream);

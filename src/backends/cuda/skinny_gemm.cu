@@ -28,7 +28,7 @@ static_assert(kSkinnyMaxRows <= 16, "an m16n8k16 tile holds 16 rows");
 
 // The workspace of a split launch: fp32 partial sums, then the tile counters.
 struct SplitWorkspace {
-  std::size_t partial_bytes, counters_offset, bytes;
+  std::size_t counters_offset, bytes;
 };
 SplitWorkspace split_workspace(const GemmProblem& pr, int k_splits) {
   const auto tiles =
@@ -36,7 +36,7 @@ SplitWorkspace split_workspace(const GemmProblem& pr, int k_splits) {
   const std::size_t partial = sizeof(float) * static_cast<std::size_t>(k_splits) *
                               static_cast<std::size_t>(pr.m) * static_cast<std::size_t>(pr.n);
   const std::size_t offset = (partial + 255) / 256 * 256;
-  return {partial, offset, offset + sizeof(unsigned) * tiles};
+  return {offset, offset + sizeof(unsigned) * tiles};
 }
 
 }  // namespace
