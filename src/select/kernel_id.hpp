@@ -52,6 +52,10 @@ inline constexpr int kSkinnyMaxRows = 16, kSkinnyCudaCoreMaxRows = 8;
 // columns 5-18% faster at 16 rows on four weights; with the kernel that can split
 // K, run 24 measured them slower at 16 rows on 13 of 15 weights, by up to 28%.)
 inline constexpr int kSkinnyColumnsPerBlock = 16;
+// The column tiles (thread blocks per batch) of an N-column cuda_skinny GEMM.
+constexpr std::int64_t skinny_column_tiles(std::int64_t n) {
+  return (n + kSkinnyColumnsPerBlock - 1) / kSkinnyColumnsPerBlock;
+}
 
 // Over how many blocks the tensor-core form splits each column tile's K, up to 8
 // rows: `tiles` blocks of kSkinnyColumnsPerBlock columns, `k_steps` steps of 32

@@ -327,11 +327,10 @@ std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& 
     return "N exceeds 2^31 - 1, K 2^30, or the batch 65535";
   // A block for half the SMs at least: fewer columns leave most of the chip
   // idle while each warp streams its weight rows.
-  const std::int64_t columns = kSkinnyColumnsPerBlock;
-  const std::int64_t blocks = (p.n + columns - 1) / columns * p.batch;
+  const std::int64_t blocks = skinny_column_tiles(p.n) * p.batch;
   if (2 * blocks < std::max(1, device.sm_count))
     return fmt::format("N = {} gives {} blocks of {} columns, fewer than half the {} SMs", p.n,
-                       blocks, columns, device.sm_count);
+                       blocks, kSkinnyColumnsPerBlock, device.sm_count);
   return "";
 }
 

@@ -31,8 +31,7 @@ struct SplitWorkspace {
   std::size_t counters_offset, bytes;
 };
 SplitWorkspace split_workspace(const GemmProblem& pr, int k_splits) {
-  const auto tiles =
-      static_cast<std::size_t>((pr.n + kSkinnyColumnsPerBlock - 1) / kSkinnyColumnsPerBlock);
+  const auto tiles = static_cast<std::size_t>(skinny_column_tiles(pr.n));
   const std::size_t partial = sizeof(float) * static_cast<std::size_t>(k_splits) *
                               static_cast<std::size_t>(pr.m) * static_cast<std::size_t>(pr.n);
   const std::size_t offset = (partial + 255) / 256 * 256;
@@ -114,13 +113,14 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
   p.act = static_cast<int>(pr.act);
   p.has_c = pr.has_c;
   p.has_bias = pr.has_bias;
-  if (launch.k_splits > 1 && workspace != nullptr &&
-      workspace_bytes >= skinny_workspace_bytes(pr, launch)) {
+  if (launch.k_splits > 1) {
     const SplitWorkspace w = split_workspace(pr, launch.k_splits);
-    p.splits = launch.k_splits;
-    p.partial = static_cast<float*>(workspace);
-    p.counters = reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + w.counters_offset);
-    GE2_CUDA_CHECK(cudaMemsetAsync(p.counters, 0, w.bytes - w.counters_offset, stream));
+    if (workspace != nullptr && workspace_bytes >= w.bytes) {
+      p.splits = launch.k_splits;
+      p.partial = static_cast<float*>(workspace);
+      p.counters = reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + w.counters_offset);
+      GE2_CUDA_CHECK(cudaMemsetAsync(p.counters, 0, w.bytes - w.counters_offset, stream));
+    }
   }
   with_cuda_type(pr.dtype, [&](auto row) {
     using T = typename decltype(row)::type;

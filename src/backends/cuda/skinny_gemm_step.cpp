@@ -14,9 +14,9 @@ SkinnyLaunch skinny_launch(const GemmProblem& folded, const DeviceInfo& device,
   // One row stays on CUDA cores, which stream it at 3.4-4.4 TB/s (H200, run 11).
   if (!skinny_on_tensor_cores(folded, device)) return {SkinnyForm::CudaCores, 1};
   if (folded.batch != 1) return {SkinnyForm::TensorCores, 1};
-  const std::int64_t tiles = (folded.n + kSkinnyColumnsPerBlock - 1) / kSkinnyColumnsPerBlock;
   const std::int64_t slots = std::int64_t{device.sm_count} * tensor_core_blocks_per_sm;
-  return {SkinnyForm::TensorCores, skinny_k_splits(folded.m, tiles, (folded.k + 31) / 32, slots)};
+  return {SkinnyForm::TensorCores,
+          skinny_k_splits(folded.m, skinny_column_tiles(folded.n), (folded.k + 31) / 32, slots)};
 }
 
 namespace {
