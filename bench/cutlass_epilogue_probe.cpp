@@ -134,6 +134,10 @@ int main(int argc, char** argv) {
   auto silu_exact = [](double x) { return x / (1 + std::exp(-x)); };
   report["formulas"].push_back(sweep("gelu_erf (ge2)", ge2::GeluErf{}, gelu_erf_exact));
   report["formulas"].push_back(sweep("gelu_erf (erff)", ge2::probe::LibmGeluErf{}, gelu_erf_exact));
+  report["formulas"].push_back(
+      sweep("gelu_erf (A&S)", ge2::probe::AbramowitzStegunGeluErf{}, gelu_erf_exact));
+  report["formulas"].push_back(
+      sweep("gelu_erf (sigm. 4)", ge2::probe::SigmoidGeluErf4{}, gelu_erf_exact));
   report["formulas"].push_back(sweep("silu (ge2)", ge2::Silu{}, +silu_exact));
   report["formulas"].push_back(sweep(
       "gelu_tanh (ge2)", ge2::GeluTanh{}, +[](double x) {
@@ -169,9 +173,16 @@ int main(int argc, char** argv) {
   variants.push_back(
       {"compiled_identity", ge2::probe::make_compiled_identity(), {Activation::None}});
   variants.push_back(
+      {"compiled_gelu_tanh", ge2::probe::make_compiled_gelu_tanh(), {Activation::GeluTanh}});
+  variants.push_back(
       {"compiled_gelu_erf", ge2::probe::make_compiled_gelu_erf(), {Activation::GeluErf}});
   variants.push_back(
       {"compiled_libm_gelu_erf", ge2::probe::make_compiled_libm_gelu_erf(), {Activation::GeluErf}});
+  variants.push_back(
+      {"compiled_as_gelu_erf", ge2::probe::make_compiled_as_gelu_erf(), {Activation::GeluErf}});
+  variants.push_back({"compiled_sigmoid4_gelu_erf",
+                      ge2::probe::make_compiled_sigmoid4_gelu_erf(),
+                      {Activation::GeluErf}});
   variants.push_back({"compiled_silu", ge2::probe::make_compiled_silu(), {Activation::Silu}});
   variants.push_back(
       {"compiled_libm_silu", ge2::probe::make_compiled_libm_silu(), {Activation::Silu}});

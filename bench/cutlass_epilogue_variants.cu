@@ -1,5 +1,5 @@
-// The instances of bench/cutlass_epilogue_probe.cpp. Compiled three times
-// (GE2_PROBE_PART 0..2) so that they build in parallel.
+// The instances of bench/cutlass_epilogue_probe.cpp. Compiled four times
+// (GE2_PROBE_PART 0..3) so that they build in parallel.
 #include "backends/cuda/cutlass/gemm_kernel.cuh"
 #include "cutlass_epilogue_variants.hpp"
 
@@ -19,12 +19,22 @@ std::unique_ptr<GemmLauncher> make_runtime() {
 std::unique_ptr<GemmLauncher> make_compiled_identity() {
   return std::make_unique<Compiled<Identity>>();
 }
+std::unique_ptr<GemmLauncher> make_compiled_gelu_tanh() {
+  return std::make_unique<Compiled<GeluTanh>>();
+}
 #elif GE2_PROBE_PART == 1
 std::unique_ptr<GemmLauncher> make_compiled_gelu_erf() {
   return std::make_unique<Compiled<GeluErf>>();
 }
 std::unique_ptr<GemmLauncher> make_compiled_libm_gelu_erf() {
   return std::make_unique<Compiled<LibmGeluErf>>();
+}
+#elif GE2_PROBE_PART == 3
+std::unique_ptr<GemmLauncher> make_compiled_as_gelu_erf() {
+  return std::make_unique<Compiled<AbramowitzStegunGeluErf>>();
+}
+std::unique_ptr<GemmLauncher> make_compiled_sigmoid4_gelu_erf() {
+  return std::make_unique<Compiled<SigmoidGeluErf4>>();
 }
 #else
 std::unique_ptr<GemmLauncher> make_compiled_silu() { return std::make_unique<Compiled<Silu>>(); }

@@ -25,6 +25,7 @@
 
 #include "backends/cuda/elementwise_flat.cuh"
 #include "cuda_or_die.hpp"
+#include "cutlass_epilogue_variants.hpp"  // the erf GELU candidates
 #include "group_timer.hpp"
 
 namespace {
@@ -66,8 +67,8 @@ struct Options {
 };
 
 template <typename T, typename Op>
-void probe(const char* dtype, const char* op_name, const Options& o, const cudaDeviceProp& props,
-           cudaStream_t stream, nlohmann::json& out) {
+void probe_op(const char* dtype, const char* op_name, const Options& o, const cudaDeviceProp& props,
+              cudaStream_t stream, nlohmann::json& out) {
   const auto vs = variants<T, Op>();
   GroupTimer timer;
   std::mt19937 engine(11);
@@ -174,8 +175,14 @@ int main(int argc, char** argv) {
   cudaStream_t stream;
   CUDA_OR_DIE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   nlohmann::json rows = nlohmann::json::array();
-  probe<__half, FixedOp<Identity, 0, GeluErf>>("f16", "gelu_erf", o, props, stream, rows);
-  probe<__nv_bfloat16, FixedOp<Identity, 0, GeluErf>>("bf16", "gelu_erf", o, props, stream, rows);
+  probe_op<__half, FixedOp<Identity, 0, GeluErf>>("f16", "gelu_erf", o, props, stream, rows);
+  probe_op<__nv_bfloat16, FixedOp<Identity, 0, GeluErf>>("bf16", "gelu_erf", o, props, stream,
+                                                         rows);
+  // The erf GELU formula before session 22, for comparison (bench/cutlass_epilogue_variants.hpp).
+  using Before = probe::AbramowitzStegunGeluErf;
+  probe_op<__half, FixedOp<Identity, 0, Before>>("f16", "gelu_erf_as", o, props, stream, rows);
+  probe_op<__nv_bfloat16, FixedOp<Identity, 0, Before>>("bf16", "gelu_erf_as", o, props, stream,
+                                                        rows);
   if (!json_path.empty())
     std::ofstream(json_path) << nlohmann::json{{"device", props.name}, {"rows", rows}}.dump(1);
   return 0;
