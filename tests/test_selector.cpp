@@ -333,19 +333,23 @@ TEST_CASE("selector: CUTLASS kernels are scored but chosen only on a measured ti
     for (Activation act : {Activation::None, Activation::GeluTanh, Activation::GeluErf,
                            Activation::Silu, Activation::QuickGelu}) {
       for (GemmProblem p : {linear(dtype, 4096, 11008, 4096), linear(dtype, 2048, 11008, 4096),
-                            linear(dtype, 2047, 11008, 4096), linear(dtype, 8, 4096, 4096)}) {
+                            linear(dtype, 2047, 11008, 4096), linear(dtype, 8, 4096, 4096),
+                            linear(dtype, 16384, 4096, 1024), linear(dtype, 4096, 4096, 4104),
+                            linear(dtype, 4096, 4096, 11008)}) {
         p.has_bias = true;
         p.act = act;
         CAPTURE(activation_name(act));
         CAPTURE(p.m);
         const auto s = select_gemm_kernel(p, h200, {});
-        // From 2048 rows an activation cuBLASLt's epilogue lacks runs fused on the
-        // 128x128 rows untuned (measured: KernelInfo::pass_act_min_rows_untuned).
+        // From 2048 rows and up to K = 4096 an activation cuBLASLt's epilogue lacks runs
+        // fused on the 128x128 rows untuned (measured: KernelInfo::pass_act_*_untuned);
+        // deeper K (4104, 11008) stays on cuBLASLt and its pass.
         const bool pass_act =
             act == Activation::GeluErf || act == Activation::Silu || act == Activation::QuickGelu;
-        if (pass_act && p.m >= 2048) {
+        if (pass_act && p.m >= 2048 && p.k <= 4096) {
           CHECK(s.kernel == pingpong128);
           CHECK(s.why.find("2048 or more rows with") != std::string::npos);
+          CHECK(s.why.find("and K of at most 4096") != std::string::npos);
           CHECK(candidate(s, pingpong128).reason.find("preferred untuned") != std::string::npos);
         } else {
           CHECK(s.kernel == lt);

@@ -126,6 +126,13 @@ struct KernelInfo {
   // separate pass is a fixed 1.5-2.5 us beside a GEMM of 4-10 us.
   std::int64_t pass_act_max_rows_untuned = 0;
   std::int64_t pass_act_max_b_elements_untuned = 0;
+  // And K of at most this many (0: no bound). The 128x128 CUTLASS rows: the fused
+  // epilogue saves a pass over D (M x N) while their mainloop runs behind cuBLASLt's
+  // where K is deep, a loss that grows with K. Measured (H100, run 25,
+  // bench/cutlass_layers.py, erf GELU, f16 and bf16): fused 1.06-1.23x cuBLASLt + pass at
+  // K = 1024 and 4096 (4096 x {4096, 11008, 14336} x 4096, 16384 and 2048 x 4096 x 1024),
+  // 0.93-0.94x at 4096 x 4096 x 11008, where PyTorch's linear + gelu was 7% faster.
+  std::int64_t pass_act_max_k_untuned = 0;
 };
 
 // Fitted to bench_gemm on the H200 (bench/results/2026-12-02-h200-run3):
@@ -191,7 +198,10 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      false,
      true,
      2048,
-     2048},
+     2048,
+     0,
+     0,
+     4096},
     {KernelId::CutlassBf16Coop,
      "cutlass_bf16_128x256",
      KernelFamily::Cutlass,
@@ -220,7 +230,10 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      false,
      true,
      2048,
-     2048},
+     2048,
+     0,
+     0,
+     4096},
     {KernelId::CudaF32,
      "cuda_f32",
      KernelFamily::CudaFallback,

@@ -365,6 +365,7 @@ bool pass_act_rule_holds(const KernelInfo& info, const GemmProblem& problem,
   if (info.pass_act_max_b_elements_untuned > 0 &&
       folded.n * folded.k > info.pass_act_max_b_elements_untuned)
     return false;
+  if (info.pass_act_max_k_untuned > 0 && folded.k > info.pass_act_max_k_untuned) return false;
   return info.family != KernelFamily::CudaSkinny ||
          skinny_on_tensor_cores(skinny_problem(problem), device);
 }
@@ -377,9 +378,12 @@ std::string pass_act_rows_text(const KernelInfo& info) {
              : fmt::format("{} or more", info.pass_act_min_rows_untuned);
 }
 std::string pass_act_b_text(const KernelInfo& info) {
-  return info.pass_act_max_b_elements_untuned > 0
-             ? fmt::format(" and B of at most {} elements", info.pass_act_max_b_elements_untuned)
-             : "";
+  std::string text;
+  if (info.pass_act_max_b_elements_untuned > 0)
+    text += fmt::format(" and B of at most {} elements", info.pass_act_max_b_elements_untuned);
+  if (info.pass_act_max_k_untuned > 0)
+    text += fmt::format(" and K of at most {}", info.pass_act_max_k_untuned);
+  return text;
 }
 
 }  // namespace
