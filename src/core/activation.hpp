@@ -24,16 +24,9 @@ enum class Activation : int {
 
 // The device's fast exponential and division (ex2.approx and rcp.approx with a
 // multiply: a few instructions instead of expf's and IEEE division's dozens,
-// which an epilogue pays per element); exact on the host. Both are accurate to
-// a few fp32 ulps on the ranges the activations use.
-GE2_HOST_DEVICE float fast_exp(float x) {
-#ifdef __CUDA_ARCH__
-  return __expf(x);
-#else
-  return std::exp(x);
-#endif
-}
-// 2^x, the same way: ex2.approx itself on the device (exp2f; __expf is ex2.approx of a product).
+// which an epilogue pays per element); std::exp2 and division on the host. Both
+// are accurate to a few fp32 ulps on the ranges the activations use.
+// 2^x: ex2.approx itself on the device (exp2f).
 GE2_HOST_DEVICE float fast_exp2(float x) {
 #ifdef __CUDA_ARCH__
   return exp2f(x);
@@ -41,6 +34,8 @@ GE2_HOST_DEVICE float fast_exp2(float x) {
   return std::exp2(x);
 #endif
 }
+// e^x as 2^(x log2 e): on the device the very instructions of __expf.
+GE2_HOST_DEVICE float fast_exp(float x) { return fast_exp2(x * 1.44269504088896341f); }
 // x / y; for y = inf (exp overflowed) the result is 0, the limit the callers want.
 GE2_HOST_DEVICE float fast_divide(float x, float y) {
 #ifdef __CUDA_ARCH__
