@@ -44,13 +44,8 @@ struct AbramowitzStegunGeluErf {
 // tests' bound), to see what two instructions cost.
 struct SigmoidGeluErf4 {
   GE2_HOST_DEVICE float operator()(float x) const {
-    const float s = x * x;
-    float p = -4.111710950e-06f;
-    p = fmaf(p, s, 1.058751150e-04f);
-    p = fmaf(p, s, 2.534128726e-04f);
-    p = fmaf(p, s, -1.050059423e-01f);
-    p = fmaf(p, s, -2.302165270e+00f);
-    return fast_divide(x, 1.0f + fast_exp2(x * p));
+    return gelu_by_logit_polynomial(x, -4.111710950e-06f, 1.058751150e-04f, 2.534128726e-04f,
+                                    -1.050059423e-01f, -2.302165270e+00f);
   }
 };
 
