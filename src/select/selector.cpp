@@ -370,14 +370,14 @@ bool pass_act_rule_holds(const KernelInfo& info, const GemmProblem& problem,
          skinny_on_tensor_cores(skinny_problem(problem), device);
 }
 
-// The rows the rule above takes, and its bound on B, as the plan's reasons say them.
+// The rows the rule above takes, and its bounds on B and K, as the plan's reasons say them.
 std::string pass_act_rows_text(const KernelInfo& info) {
   return info.pass_act_max_rows_untuned > 0
              ? fmt::format("{} to {}", info.pass_act_min_rows_untuned,
                            info.pass_act_max_rows_untuned)
              : fmt::format("{} or more", info.pass_act_min_rows_untuned);
 }
-std::string pass_act_b_text(const KernelInfo& info) {
+std::string pass_act_bounds_text(const KernelInfo& info) {
   std::string text;
   if (info.pass_act_max_b_elements_untuned > 0)
     text += fmt::format(" and B of at most {} elements", info.pass_act_max_b_elements_untuned);
@@ -463,7 +463,7 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
       candidate.reason += fmt::format(
           "; {} rows ({}{}) with {}, which no cuBLASLt epilogue computes: preferred untuned, "
           "measured faster than cuBLASLt and its separate pass",
-          rows, pass_act_rows_text(info), pass_act_b_text(info), activation_name(problem.act));
+          rows, pass_act_rows_text(info), pass_act_bounds_text(info), activation_name(problem.act));
     candidate.needs_measurement =
         !candidate.preferred_untuned &&
         (info.needs_measurement || (info.max_rows_untuned > 0 && rows > info.max_rows_untuned));
@@ -550,7 +550,7 @@ void choose_kernel(Selection& selection, const GemmProblem& problem, const Selec
       : !any_measured && best->preferred_untuned
           ? fmt::format("{} rows with {}{} run with it fused untuned ({:.2f} us estimated)",
                         pass_act_rows_text(kernel_info(best->kernel)), activation_name(problem.act),
-                        pass_act_b_text(kernel_info(best->kernel)), best->estimated_us)
+                        pass_act_bounds_text(kernel_info(best->kernel)), best->estimated_us)
           : fmt::format("lowest {} time ({:.2f} us)", any_measured ? "measured" : "estimated",
                         best->estimated_us);
   selection.why += aligned            ? ""
