@@ -1,0 +1,230 @@
+// lt_algo_probe: questions about cuBLASLt's algorithms that the tuner's design
+// rests on, for nn.Linear layer shapes (x [M, K] times W [N, K] transposed,
+// bias), fp16 and bf16, timed on the tuner's rig (operands rotated through more
+// memory than L2, contenders interleaved, median of 7 batches).
+//
+// Default: does an algorithm rebuilt from its configuration attributes (what the
+// tuning database stores) equal, word for word, the descriptor the heuristic
+// returned, for each of the heuristic's algorithms, and does it run as fast? And
+// the heuristic's first choice under workspace limits of 32, 4, 1 and 0 MiB.
+// Run 26 (H100, cuBLASLt 13.1): equal for all of them on 20 shapes.
+//
+// --conditions: the heuristic's first algorithm against the one the rig times
+// fastest, each also timed alone after the rig's sustained warm-up, with
+// operands rotated and on one set of operands (as a benchmark replaying one
+// call on the same tensors).
+//
+// Built on request: cmake --build build --target lt_algo_probe.
+//
+//   lt_algo_probe [--conditions] [--shapes MxNxK,...] [--dtypes f16,bf16]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/algo_config.hpp"
+#include "backends/cuda/lt_matmul.hpp"
+#include "backends/cuda/timing_rig.hpp"
+
+namespace {
+
+using namespace ge2;
+using namespace ge2::cuda;
+
+constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;  // a context's default
+constexpr std::size_t kWorkspaceLimits[] = {kWorkspaceBytes, std::size_t{4} << 20,
+                                            std::size_t{1} << 20, 0};
+
+GemmProblem linear(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) {
+  GemmProblem p;
+  p.dtype = dtype;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.trans_b = true;
+  p.has_bias = true;
+  p.a = {1, m, k, 0, k, 1};
+  p.b = {1, n, k, 0, k, 1};
+  p.d = {1, m, n, 0, n, 1};
+  return p;
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find(',', start), text.size());
+    if (end > start) parts.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
+std::string differing_words(const cublasLtMatmulAlgo_t& x, const cublasLtMatmulAlgo_t& y) {
+  std::string words;
+  for (int i = 0; i < 8; ++i)
+    if (x.data[i] != y.data[i])
+      words +=
+          fmt::format("{}{}:{:016x}->{:016x}", words.empty() ? "" : " ", i, x.data[i], y.data[i]);
+  return words;
+}
+
+// --conditions: the heuristic's first algorithm against the one the tuner's rig
+// times fastest, each timed (a) on the rig, interleaved with every candidate,
+// operands rotated through more than L2 (as the tuner times them), (b) alone
+// after the rig's sustained warm-up, operands rotated, (c) alone on one set of
+// operands, as a benchmark replaying one call on the same tensors does.
+void compare_conditions(cublasLtHandle_t handle, const GemmProblem& problem, KernelId kernel,
+                        int l2, const std::string& label) {
+  LtMatmul matmul(handle, problem, kernel);
+  const auto candidates = matmul.heuristic(32, kWorkspaceBytes, 16);
+  if (candidates.empty()) return;
+  TimingRig rig(problem, l2, kWorkspaceBytes);
+  auto run = [&](const cublasLtMatmulAlgo_t& algo, bool rotate) -> Contender {
+    return [&, algo, rotate](int set) {
+      matmul.run(algo, rig.pointers(rotate ? set : 0, rig.output()), rig.workspace(),
+                 kWorkspaceBytes, rig.stream());
+    };
+  };
+  std::vector<Contender> all;
+  for (const auto& c : candidates) all.push_back(run(c.algo, true));
+  const std::vector<double> mixed = rig.interleaved_medians_us(all);
+  const std::size_t best =
+      static_cast<std::size_t>(std::min_element(mixed.begin(), mixed.end()) - mixed.begin());
+  for (std::size_t i : {std::size_t{0}, best}) {
+    const AlgoConfig c = read_algo_config(candidates[i].algo);
+    const double alone_rotated = rig.median_us(run(candidates[i].algo, true));
+    const double alone_same = rig.median_us(run(candidates[i].algo, false));
+    fmt::print("| {} | {} | tile {} cluster {} option {} | {:.1f} | {:.1f} | {:.1f} |\n", label,
+               i == 0 ? (best == 0 ? "heuristic = rig's fastest" : "heuristic") : "rig's fastest",
+               c.tile, c.cluster_shape, c.custom_option, mixed[i], alone_rotated, alone_same);
+    std::fflush(stdout);
+    if (best == 0) break;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string shapes =
+      "4096x11008x4096,4096x4096x11008,4096x4096x4096,16384x4096x1024,2048x4096x1024,"
+      "512x11008x4096,300x4096x11008,512x1024x512,128x4096x4096,16x4096x4096";
+  std::string dtypes = "f16,bf16";
+  bool conditions = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--conditions")
+      conditions = true;
+    else if (flag == "--shapes" && i + 1 < argc)
+      shapes = argv[++i];
+    else if (flag == "--dtypes" && i + 1 < argc)
+      dtypes = argv[++i];
+    else {
+      std::fprintf(
+          stderr, "usage: lt_algo_probe [--conditions] [--shapes MxNxK,...] [--dtypes f16,bf16]\n");
+      return 2;
+    }
+  }
+  cublasLtHandle_t raw = nullptr;
+  if (cublasLtCreate(&raw) != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "lt_algo_probe: no cuBLASLt handle (no device?)\n");
+    return 1;
+  }
+  LtHandle handle(raw);
+  int device = 0, l2 = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device);
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, device);
+  fmt::print("device {}, cuBLASLt {}\n", prop.name, cublasLtGetVersion());
+  if (conditions) {
+    fmt::print(
+        "| dtype M×N×K | algorithm | configuration | rig, interleaved, rotated µs | alone, "
+        "rotated µs | alone, same tensors µs |\n|---|---|---|---:|---:|---:|\n");
+    for (const std::string& dtype_text : split(dtypes))
+      for (const std::string& shape : split(shapes)) {
+        long long m = 0, n = 0, k = 0;
+        if (std::sscanf(shape.c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3) return 2;
+        const DType dtype = dtype_text == "bf16" ? DType::BF16 : DType::F16;
+        compare_conditions(handle.get(), linear(dtype, m, n, k),
+                           dtype == DType::BF16 ? KernelId::LtBf16 : KernelId::LtF16, l2,
+                           dtype_text + " " + shape);
+      }
+    return 0;
+  }
+  fmt::print(
+      "| dtype | M×N×K | rebuilt ≠ heuristic | words that differ (first algorithm) | "
+      "heuristic µs | restored µs | rebuilt µs | rebuilt / heuristic |\n"
+      "|---|---|---:|---|---:|---:|---:|---:|\n");
+  std::vector<std::string> workspace_lines;
+  for (const std::string& dtype_text : split(dtypes)) {
+    const DType dtype = dtype_text == "bf16" ? DType::BF16 : DType::F16;
+    const KernelId kernel = dtype == DType::BF16 ? KernelId::LtBf16 : KernelId::LtF16;
+    for (const std::string& shape : split(shapes)) {
+      long long m = 0, n = 0, k = 0;
+      if (std::sscanf(shape.c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3) {
+        std::fprintf(stderr, "lt_algo_probe: bad shape %s\n", shape.c_str());
+        return 2;
+      }
+      const GemmProblem problem = linear(dtype, m, n, k);
+      LtMatmul matmul(handle.get(), problem, kernel);
+      const auto results = matmul.heuristic(32, kWorkspaceBytes, 16);
+      if (results.empty()) continue;
+      int differ = 0;
+      std::vector<cublasLtMatmulAlgo_t> rebuilt;
+      for (const auto& r : results) {
+        const auto again = build_algo(handle.get(), matmul, read_algo_config(r.algo));
+        rebuilt.push_back(again.value_or(cublasLtMatmulAlgo_t{}));
+        if (!again || std::memcmp(&r.algo, &*again, sizeof(r.algo)) != 0) ++differ;
+      }
+      cublasLtMatmulAlgo_t restored;
+      std::memcpy(&restored, &results.front().algo, sizeof(restored));
+      TimingRig rig(problem, l2, kWorkspaceBytes);
+      auto contender = [&](const cublasLtMatmulAlgo_t& algo) -> Contender {
+        return [&, algo](int set) {
+          matmul.run(algo, rig.pointers(set, rig.output()), rig.workspace(), kWorkspaceBytes,
+                     rig.stream());
+        };
+      };
+      const std::vector<Contender> contenders{contender(results.front().algo), contender(restored),
+                                              contender(rebuilt.front())};
+      const std::vector<double> us = rig.interleaved_medians_us(contenders);
+      fmt::print("| {} | {} | {} of {} | {} | {:.1f} | {:.1f} | {:.1f} | {:.3f} |\n", dtype_text,
+                 shape, differ, results.size(),
+                 differing_words(results.front().algo, rebuilt.front()), us[0], us[1], us[2],
+                 us[2] / us[0]);
+      std::fflush(stdout);
+
+      // The heuristic's first choice under smaller workspace limits (split-K and
+      // its reduction need workspace): what the limit costs or saves.
+      std::vector<Contender> by_limit;
+      std::string line = fmt::format("| {} | {} |", dtype_text, shape);
+      std::vector<std::string> labels;
+      for (std::size_t limit : kWorkspaceLimits) {
+        const auto first = matmul.heuristic(1, limit, 16);
+        if (first.empty()) {
+          labels.push_back("none");
+          by_limit.push_back([](int) {});
+          continue;
+        }
+        const AlgoConfig c = read_algo_config(first.front().algo);
+        labels.push_back(fmt::format("algo {} tile {} split {} red {} ws {} KiB", c.algo_id, c.tile,
+                                     c.split_k, c.reduction_scheme,
+                                     first.front().workspaceSize >> 10));
+        by_limit.push_back(contender(first.front().algo));
+      }
+      const std::vector<double> limit_us = rig.interleaved_medians_us(by_limit);
+      for (std::size_t i = 0; i < labels.size(); ++i)
+        line += fmt::format(" {:.1f} ({}) |", limit_us[i], labels[i]);
+      workspace_lines.push_back(line);
+    }
+  }
+  fmt::print(
+      "\n| dtype | M×N×K | first choice, workspace ≤ 32 MiB | ≤ 4 MiB | ≤ 1 MiB | none |\n"
+      "|---|---|---|---|---|---|\n");
+  for (const std::string& line : workspace_lines) fmt::print("{}\n", line);
+  return 0;
+}
