@@ -357,26 +357,36 @@ TEST_CASE("gpu: graph replay follows new data, new bindings and other streams") 
 
 TEST_CASE("gpu: the tuner end to end: tune mode stores the winner, a cached context reuses it") {
   const std::string db = (scratch_subdir("gpu-tunedb") / "tunedb.sqlite").string();
-  auto plan_source = [&](ge2_tune_mode_t mode) {
+  // The plan's cuBLASLt step: where its algorithm came from and the algorithm.
+  auto plan_kernel = [&](ge2_tune_mode_t mode, const GemmCase& c) {
     ContextPtr context = make_tuning_context(GE2_DEVICE_CUDA, mode, db);
     DeviceMemory memory;
-    GemmCase c;
-    c.dtype = GE2_DTYPE_F16;
-    c.m = 512;
-    c.n = 384;
-    c.k = 256;
-    c.has_bias = true;
-    c.act = GE2_ACT_RELU;
     const auto r = run_gemm_case(context.get(), memory, c);
     CHECK_MESSAGE(r.error <= 1e-2, "error " << r.error);
-    return nlohmann::json::parse(r.plan_json)["steps"][0]["kernel"]["algo_source"]
-        .get<std::string>();
+    return nlohmann::json::parse(r.plan_json)["steps"][0]["kernel"];
   };
-  const std::string tuned = plan_source(GE2_TUNE_TUNE);
-  CHECK(tuned.rfind("tuned now", 0) == 0);
-  CHECK(plan_source(GE2_TUNE_CACHED) == "tunedb");
-  CHECK(plan_source(GE2_TUNE_OFF) == "heuristic");
-  MESSAGE("tune mode: " << tuned);
+  const GemmCase relu{
+      .dtype = GE2_DTYPE_F16, .m = 512, .n = 384, .k = 256, .has_bias = true, .act = GE2_ACT_RELU};
+  // nn.Linear's layout (kept small: the test's fp64 reference runs on the host).
+  const GemmCase linear{.dtype = GE2_DTYPE_BF16,
+                        .m = 256,
+                        .n = 768,
+                        .k = 512,
+                        .trans_b = true,
+                        .has_bias = true,
+                        .force_kernel = "lt_bf16"};
+  for (const GemmCase& c : {relu, linear}) {
+    CAPTURE(c.label());
+    const auto tuned = plan_kernel(GE2_TUNE_TUNE, c);
+    const std::string source = tuned["algo_source"].get<std::string>();
+    CHECK(source.rfind("tuned now", 0) == 0);
+    const auto cached = plan_kernel(GE2_TUNE_CACHED, c);
+    CHECK(cached["algo_source"] == "tunedb");
+    // A later process runs the algorithm the tuner chose.
+    CHECK(cached["algo"] == tuned["algo"]);
+    CHECK(plan_kernel(GE2_TUNE_OFF, c)["algo_source"] == "heuristic");
+    MESSAGE("tune mode: " << source << "; algorithm " << tuned["algo"].dump());
+  }
 }
 
 TEST_CASE("gpu: a bad tuning database degrades in cached mode, is refused in tune mode") {

@@ -105,11 +105,18 @@ AlgoChoice AlgoChooser::tune_now(LtMatmul& matmul, const TuneKey& key, TuneDb::R
                         GE2_VERSION_STRING};
     db_.store(fallback);
   }
+  std::string alone;
+  if (outcome.alone_us)
+    alone = fmt::format("; fastest candidate alone {:.1f} us vs heuristic alone {:.1f} us{}",
+                        outcome.alone_us->first, outcome.alone_us->second,
+                        outcome.alone_us->first < outcome.alone_us->second
+                            ? ""
+                            : ": kept the heuristic's algorithm");
   return {outcome.best.algo, outcome.best.config, outcome.best.workspace_bytes,
           fmt::format("tuned now ({} candidates, {} rejected, {} other kernels timed beside them; "
-                      "{:.1f} us vs heuristic {:.1f} us)",
+                      "{:.1f} us vs heuristic {:.1f} us{})",
                       outcome.candidates, outcome.rejected, outcome.rivals.size(),
-                      outcome.best.time_us, outcome.heuristic_time_us)};
+                      outcome.best.time_us, outcome.heuristic_time_us, alone)};
 }
 
 AlgoChoice AlgoChooser::choose(LtMatmul& matmul, TuneUse tune, const GemmProblem* gated_form) {
@@ -139,6 +146,7 @@ AlgoChoice AlgoChooser::choose(LtMatmul& matmul, TuneUse tune, const GemmProblem
   }
   if (!found && (mode_ == GE2_TUNE_CACHED || lookup_only)) {
     for (const auto& row : db_.find_in_bucket(key)) {
+      if (row.key.to_string() == text) continue;  // the exact row, refused above
       if (auto c = from_record(
               matmul, row,
               fmt::format("tunedb bucket (tuned at {}x{}x{})", row.key.m, row.key.n, row.key.k))) {

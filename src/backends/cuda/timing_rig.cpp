@@ -29,10 +29,9 @@ constexpr std::size_t kMaxRotationBytes = std::size_t{2} << 30;
 // from, which sustained work does not keep: run 19 (H100) timed cuBLASLt's
 // 2048x22016x4096 bf16 GEMM at 461 us in the tuner and 587 us in sustained
 // replay (-21%), the CUTLASS gated kernel at 535 and 553 (-3%), so the tuner
-// ranked them the wrong way round. Problems that long get gap-free warm-up
-// rounds of all contenders first, for GE2_TUNE_SUSTAIN_MS of device time, so
-// the timed rounds start in the state a plan's layers run in.
-constexpr double kSustainMinCallUs = 50.0;
+// ranked them the wrong way round. Problems of kSustainedCallUs or longer get
+// gap-free warm-up rounds of all contenders first, for GE2_TUNE_SUSTAIN_MS of
+// device time, so the timed rounds start in the state a plan's layers run in.
 constexpr double kDefaultSustainMs = 250.0;
 constexpr double kMaxSustainMs = 5000.0;
 
@@ -177,7 +176,7 @@ std::vector<double> TimingRig::interleaved_medians_us(std::span<const Contender>
   // them for long problems) only bring the device into that state.
   assert(count > 0 && round_us > 0);
   int warmup_rounds = 1;
-  if (slowest_call_us >= kSustainMinCallUs)
+  if (slowest_call_us >= kSustainedCallUs)
     warmup_rounds = std::max(1, static_cast<int>(std::ceil(sustain_us() / round_us)));
   std::vector<std::vector<Event>> marks(kTimedBatches);
   std::vector<std::vector<std::size_t>> orders(kTimedBatches);

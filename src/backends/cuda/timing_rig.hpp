@@ -25,6 +25,10 @@ double agreement_bound(DType dtype, bool tf32);
 // One kernel on the rig: enqueues a call for input set `set` on the rig's stream.
 using Contender = std::function<void(int set)>;
 
+// Calls at least this long are timed in the sustained power state (warm-up
+// rounds first, GE2_TUNE_SUSTAIN_MS): their time depends on it.
+inline constexpr double kSustainedCallUs = 50.0;
+
 class TimingRig {
  public:
   TimingRig(const GemmProblem& problem, int l2_bytes, std::size_t workspace_bytes);

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -49,6 +50,11 @@ struct TuneOutcome {
   int candidates = 0;
   int rejected = 0;  // produced a different result than the heuristic's choice
   std::vector<TimedRival> rivals;
+  // Long problems whose fastest candidate was not the heuristic's first choice:
+  // both timed alone (TimingRig::median_us), the candidate's time first. The
+  // candidate is kept only where it is faster alone too; else `best` is the
+  // heuristic's first choice with its interleaved time.
+  std::optional<std::pair<double, double>> alone_us;
 };
 
 class Tuner {
@@ -56,7 +62,8 @@ class Tuner {
   // sm_count: the device's, for the separate activation pass's launch.
   Tuner(cublasLtHandle_t handle, std::size_t max_workspace_bytes, int l2_bytes, int sm_count);
   // The heuristic's first choice, every other candidate that agrees with it and
-  // the rivals, timed interleaved (TimingRig::interleaved_medians_us).
+  // the rivals, timed interleaved (TimingRig::interleaved_medians_us); for long
+  // problems the winner checked alone against the heuristic's choice.
   TuneOutcome tune(LtMatmul& matmul, const RivalSource& rivals = {});
 
  private:
