@@ -8,6 +8,8 @@
 #include <iterator>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "ge_v2_api.h"
 #include "support/raw_enum_calls.h"
 
@@ -76,7 +78,28 @@ std::int64_t span_bytes_if_small(const ge2_tensor_desc_t& d) {
   return span * size <= (1 << 20) ? span * size : 0;
 }
 
+// Whether the plan's work is small enough to execute here: the CPU reference
+// backend under ASan and coverage instrumentation ran a 4096x4096x64 GEMM (an
+// intermediate of a plan whose inputs and outputs are small) for more than five
+// minutes, a slow unit and no finding. At most 2^26 multiply-adds over all GEMM
+// steps and 16 MiB of intermediates (those bound elementwise steps).
+bool small_work(ge2_plan_t* plan) {
+  const char* text = nullptr;
+  if (ge2_plan_describe(plan, &text) != GE2_OK) return false;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !(j.value("intermediate_bytes", 0.0) <= 16.0 * (1 << 20))) return false;
+  double multiply_adds = 0;
+  for (const auto& step : j.value("steps", nlohmann::json::array())) {
+    if (!step.contains("problem")) continue;
+    const nlohmann::json& p = step["problem"];
+    multiply_adds +=
+        p.value("m", 0.0) * p.value("n", 0.0) * p.value("k", 0.0) * p.value("batch", 1.0);
+  }
+  return multiply_adds <= static_cast<double>(1 << 26);
+}
+
 void run_plan(ge2_plan_t* plan, Bytes& in) {
+  if (!small_work(plan)) return;
   size_t count = 0;
   if (ge2_plan_io_count(plan, &count) != GE2_OK) return;
   // A dynamic plan runs at an extent in [0, bound + 1] (both ends refused), its
