@@ -32,14 +32,6 @@ double round_tensor(std::vector<double>& values) {
   return amax == 0.0f ? 1.0 : static_cast<double>(amax) / 448.0;
 }
 
-std::vector<double> logical(const HostTensor& t, std::int64_t rows) {
-  std::vector<double> out;
-  out.reserve(static_cast<std::size_t>(rows * t.shape[1]));
-  for (std::int64_t i = 0; i < rows; ++i)
-    for (std::int64_t j = 0; j < t.shape[1]; ++j) out.push_back(t.get(t.offset(0, i, j)));
-  return out;
-}
-
 }  // namespace
 
 double round_to_e4m3_oracle(double value) {
@@ -133,7 +125,8 @@ Fp8Layer::Errors Fp8Layer::run(Memory& memory, std::int64_t rows) {
   memory.download(y_data, y);
 
   // fp64 layers on the original and on the e4m3-rounded operands.
-  std::vector<double> xs = logical(x, rows), ws = logical(w, c.n);
+  std::vector<double> xs = dense_values(x, 0, false, rows, c.k),
+                      ws = dense_values(w, 0, false, c.n, c.k);
   std::vector<double> xq = xs, wq = ws;
   const double scale = round_tensor(xq) * round_tensor(wq);
   auto layer = [&](const std::vector<double>& a, const std::vector<double>& b, double factor) {

@@ -94,14 +94,8 @@ double activation_ref(ge2_activation_t act, double x) {
   return x;
 }
 
-namespace {
-
-// Element (r, c) of a rank-2/3 operand of batch `batch` seen as a rows x cols
-// matrix (through its transpose where `transposed`), decoded once into a dense
-// row-major array: the reference's inner loop then reads contiguous doubles
-// instead of converting each element K (or M, N) times.
-std::vector<double> decoded(const HostTensor& t, std::int64_t batch, bool transposed,
-                            std::int64_t rows, std::int64_t cols) {
+std::vector<double> dense_values(const HostTensor& t, std::int64_t batch, bool transposed,
+                                 std::int64_t rows, std::int64_t cols) {
   std::vector<double> out(static_cast<std::size_t>(rows * cols));
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c)
@@ -109,8 +103,6 @@ std::vector<double> decoded(const HostTensor& t, std::int64_t batch, bool transp
           t.get(transposed ? t.offset(batch, c, r) : t.offset(batch, r, c));
   return out;
 }
-
-}  // namespace
 
 std::vector<double> gemm_reference(const HostTensor& a, const HostTensor& b, const HostTensor* c,
                                    const HostTensor* bias, const GemmRef& attrs) {
@@ -121,9 +113,10 @@ std::vector<double> gemm_reference(const HostTensor& a, const HostTensor& b, con
   const std::int64_t batch = ar == 3 ? a.shape[0] : (br == 3 ? b.shape[0] : 1);
   std::vector<double> out(static_cast<std::size_t>(batch * m * n));
   for (std::int64_t bi = 0; bi < batch; ++bi) {
-    // op(A) as M x K and op(B) transposed, N x K: both walked along K.
-    const std::vector<double> op_a = decoded(a, ar == 3 ? bi : 0, attrs.trans_a, m, k);
-    const std::vector<double> op_b_t = decoded(b, br == 3 ? bi : 0, !attrs.trans_b, n, k);
+    // op(A) as M x K and op(B) transposed, N x K, each element decoded once: the
+    // inner loop walks both along K over contiguous doubles.
+    const std::vector<double> op_a = dense_values(a, ar == 3 ? bi : 0, attrs.trans_a, m, k);
+    const std::vector<double> op_b_t = dense_values(b, br == 3 ? bi : 0, !attrs.trans_b, n, k);
     for (std::int64_t i = 0; i < m; ++i) {
       const double* row = op_a.data() + i * k;
       for (std::int64_t j = 0; j < n; ++j) {

@@ -39,6 +39,11 @@ void poison(HostTensor& t);
 
 double activation_ref(ge2_activation_t act, double x);
 
+// Element (r, c), r < rows, c < cols, of batch `batch` of a rank-2/3 tensor (of its
+// transpose where `transposed`), as a dense row-major array of doubles.
+std::vector<double> dense_values(const HostTensor& t, std::int64_t batch, bool transposed,
+                                 std::int64_t rows, std::int64_t cols);
+
 struct GemmRef {
   bool trans_a = false, trans_b = false;
   double alpha = 1.0, beta = 0.0;
