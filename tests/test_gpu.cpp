@@ -19,6 +19,7 @@
 
 #include "support/gpu_helpers.hpp"
 #include "support/scratch_dir.hpp"
+#include "tunedb/tunedb.hpp"
 #endif
 
 using namespace ge2::test;
@@ -387,6 +388,52 @@ TEST_CASE("gpu: the tuner end to end: tune mode stores the winner, a cached cont
     CHECK(plan_kernel(GE2_TUNE_OFF, c)["algo_source"] == "heuristic");
     MESSAGE("tune mode: " << source << "; algorithm " << tuned["algo"].dump());
   }
+}
+
+TEST_CASE("gpu: a stale cuBLASLt row: the step runs the heuristic and is scored by its time") {
+  const std::string db = (scratch_subdir("gpu-stale-lt-row") / "tunedb.sqlite").string();
+  const GemmCase c{
+      .dtype = GE2_DTYPE_F16, .m = 512, .n = 384, .k = 256, .has_bias = true, .act = GE2_ACT_RELU};
+  DeviceMemory memory;
+  {
+    ContextPtr tuning = make_tuning_context(GE2_DEVICE_CUDA, GE2_TUNE_TUNE, db);
+    CHECK(run_gemm_case(tuning.get(), memory, c).error <= 1e-2);
+  }
+  // The row's algorithm becomes one cuBLASLt rejects; its time, a claim no
+  // kernel meets (a stored row is replaced only by a faster one).
+  double heuristic_us = 0, claimed_us = 0;
+  {
+    ge2::TuneDb database(db, ge2::TuneDb::Mode::ReadWrite);
+    int rewritten = 0;
+    for (auto row : database.list()) {
+      if (row.key.kernel != "lt_f16") continue;
+      row.algo["algo_id"] = 1 << 30;
+      row.time_us *= 0.01;
+      heuristic_us = row.heuristic_time_us;
+      claimed_us = row.time_us;
+      rewritten += database.upsert(row) ? 1 : 0;
+    }
+    REQUIRE(rewritten == 1);
+  }
+  REQUIRE(heuristic_us > claimed_us);
+  ContextPtr cached = make_tuning_context(GE2_DEVICE_CUDA, GE2_TUNE_CACHED, db);
+  const auto r = run_gemm_case(cached.get(), memory, c);
+  CHECK_MESSAGE(r.error <= 1e-2, "error " << r.error);
+  const auto plan = nlohmann::json::parse(r.plan_json);
+  CHECK(plan["steps"][0]["kernel"]["algo_source"] == "heuristic");
+  int scored = 0;
+  const auto selection = selection_of(r.plan_json);
+  for (const auto& candidate : selection["candidates"]) {
+    if (candidate["kernel"] != "lt_f16") continue;
+    ++scored;
+    CHECK(candidate["measured"] == true);
+    // The heuristic's algorithm runs: the tuner's time for it, not the row's claim.
+    CHECK(candidate["score_us"].get<double>() == doctest::Approx(heuristic_us));
+  }
+  CHECK(scored == 1);
+  const char* text = nullptr;
+  REQUIRE(ge2_context_describe(cached.get(), &text) == GE2_OK);
+  CHECK(nlohmann::json::parse(text)["tuning"]["stale_rows_ignored"] == 1);
 }
 
 TEST_CASE("gpu: a bad tuning database degrades in cached mode, is refused in tune mode") {

@@ -134,6 +134,7 @@ AlgoChoice AlgoChooser::choose(LtMatmul& matmul, TuneUse tune, const GemmProblem
     if (auto row = db_.find_exact(key)) {
       if (auto c = from_record(matmul, *row, "tunedb")) {
         choice = *c;
+        choice.exact_row = true;
         found = true;
       } else {
         replace = TuneDb::Replace::Always;
@@ -180,7 +181,9 @@ std::optional<double> AlgoChooser::measured(KernelId kernel, const GemmProblem& 
     // Rows of ge2's own families carry their configuration: one of another build is stale.
     FamilyTimer* timer = timer_of(kernel);
     const bool own = is_cutlass_kernel(kernel) || timer != nullptr;
-    if (!own || (timer && timer->row_matches(kernel, problem, row->algo))) {
+    if (is_cublaslt_kernel(kernel)) {
+      time = cublaslt_row_time(kernel, problem, *row, gated_form);
+    } else if (!own || (timer && timer->row_matches(kernel, problem, row->algo))) {
       time = row->time_us;
     } else {
       ++stale_rows_;
@@ -194,6 +197,25 @@ std::optional<double> AlgoChooser::measured(KernelId kernel, const GemmProblem& 
     time = measure_now(kernel, problem, key, replace, gated_form);
   measured_.insert_or_assign(text, time);
   return time;
+}
+
+std::optional<double> AlgoChooser::cublaslt_row_time(KernelId kernel, const GemmProblem& problem,
+                                                     const TuneRecord& row,
+                                                     const GemmProblem* gated_form) {
+  std::optional<LtMatmul> matmul;
+  try {
+    matmul.emplace(handle_, problem, kernel);
+  } catch (const Error&) {
+    return std::nullopt;  // a layout cuBLASLt cannot express: the selector says why
+  }
+  // The choice the step will make (choose() validates the row, counts it if
+  // stale, and in tuning mode tunes the problem again).
+  const AlgoChoice choice = choose(*matmul, TuneUse::AsContext, gated_form);
+  if (choice.exact_row) return row.time_us;
+  if (const auto it = measured_.find(make_tune_key(problem, kernel, device_).to_string());
+      it != measured_.end())
+    return it->second;
+  return row.heuristic_time_us > 0 ? row.heuristic_time_us : row.time_us;
 }
 
 std::optional<double> AlgoChooser::measure_now(KernelId kernel, const GemmProblem& problem,

@@ -22,7 +22,8 @@ struct AlgoChoice {
   cublasLtMatmulAlgo_t algo{};
   AlgoConfig config;
   std::size_t workspace_bytes = 0;
-  std::string source;  // "heuristic", "tunedb", "tunedb bucket ...", "tuned now"
+  std::string source;      // "heuristic", "tunedb", "tunedb bucket ...", "tuned now"
+  bool exact_row = false;  // the problem's own stored row (source "tunedb")
 };
 
 // Readies the kernels of one of ge2's own families (CUTLASS rows, cuda_skinny)
@@ -79,6 +80,12 @@ class AlgoChooser {
   // gated unit, a kernel with the gated epilogue is timed as the fused unit,
   // the others on the plain GEMM (the selector adds their gated_mul pass).
   std::optional<double> measured(KernelId kernel, const GemmProblem& problem);
+  // The time a cuBLASLt row gives its problem's step: the row's own where its
+  // algorithm is the one the step runs; where cuBLASLt rejects the algorithm
+  // now, the step runs another (the heuristic's) and the row's time for the
+  // heuristic's choice stands in (tuning mode: the problem is tuned again).
+  std::optional<double> cublaslt_row_time(KernelId kernel, const GemmProblem& problem,
+                                          const TuneRecord& row, const GemmProblem* gated_form);
   std::optional<double> measure_now(KernelId kernel, const GemmProblem& problem, const TuneKey& key,
                                     TuneDb::Replace replace, const GemmProblem* gated_form);
   // The kernels of ge2's own families that Tuner times beside cuBLASLt's
