@@ -8,6 +8,9 @@ Contenders per shape and dtype (none: bias only; erf: bias + exact GELU):
   ge2_{none,erf}_skinny  forced cuda_skinny (CUDA cores at one row and for f32; from two rows 16-bit
                          data runs on its tensor-core form)
   ge2_{none,erf}_lt      forced cuBLASLt (erf: GEMM + bias, then the separate pass)
+  ge2_{none,erf}_lt_ws   the same with GE2_LT_DECODE_WORKSPACE=1: cuBLASLt's first choice under the
+                         context's workspace (often split-K) instead of without workspace at <= 16 rows
+                         (a context of its own: a context keeps the first algorithm chosen per problem)
 Two timings of each: "device", one call captured in a CUDA graph and replayed back to back
 (kernels only), and "eager", the Python call itself back to back (host cost included, as a
 user calls it). Medians over groups rotated ABBA. GB/s counts W, x and y once.
@@ -40,6 +43,7 @@ def main():
 
     torch.manual_seed(0)
     ctx = ge2.Context(device="cuda", tunedb="")
+    ctx_ws = ge2.Context(device="cuda", tunedb="")
     rows = []
     for dtype_name in args.dtypes:
         dtype = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype_name]
@@ -52,23 +56,29 @@ def main():
                 refs = {"none": ref, "erf": F.gelu(ref)}
                 runs, outs, kernels, configurations = {}, {}, {}, {}
                 for act, name in ((None, "none"), ("gelu", "erf")):
-                    for suffix, force in (("", None), ("_skinny", "cuda_skinny"), ("_lt", f"lt_{dtype_name}")):
+                    for suffix, force in (("", None), ("_skinny", "cuda_skinny"), ("_lt", f"lt_{dtype_name}"),
+                                          ("_lt_ws", f"lt_{dtype_name}")):
                         g = ge2.Graph()
                         vx, vw, vb = g.input("x", (m, k), dtype_name), g.input("w", (n, k), dtype_name), \
                             g.input("b", (n,), dtype_name)
                         g.output(g.gemm_bias_act(vx, vw, vb, act=act, trans_b=True), "y")
                         try:
-                            plan = g.compile(ctx, force_kernel=force)
+                            if suffix == "_lt_ws":
+                                os.environ["GE2_LT_DECODE_WORKSPACE"] = "1"
+                            plan = g.compile(ctx_ws if suffix == "_lt_ws" else ctx, force_kernel=force)
                         except ge2.Ge2Error as e:  # cuda_skinny refused (rows, columns): say why
                             kernels[f"ge2_{name}{suffix}"] = f"refused: {e}"
                             continue
+                        finally:
+                            os.environ.pop("GE2_LT_DECODE_WORKSPACE", None)
                         y = torch.empty(m, n, device="cuda", dtype=dtype)
                         key = f"ge2_{name}{suffix}"
                         runs[key] = lambda p=plan, y=y: p.execute({"x": x, "w": w, "b": b, "y": y})
                         outs[key] = y
                         step = [s for s in plan.describe()["steps"] if "selection" in s][0]
                         kernels[key] = step["selection"]["kernel"]
-                        configurations[key] = step.get("kernel", {}).get("configuration", "")
+                        configurations[key] = step.get("kernel", {}).get("configuration", "") or \
+                            step.get("kernel", {}).get("algo_source", "")
                 runs["torch_none"] = lambda: outs.__setitem__("torch_none", F.linear(x, w, b))
                 runs["torch_erf"] = lambda: outs.__setitem__("torch_erf", F.gelu(F.linear(x, w, b)))
                 with torch.no_grad():
@@ -87,9 +97,9 @@ def main():
                 rows.append(row)
                 best = lambda d, key: d.get(key, float("nan"))  # noqa: E731
                 print(f"{dtype_name} {m:2d}x{n}x{k}: device none skinny {best(device, 'ge2_none_skinny'):6.1f} "
-                      f"lt {best(device, 'ge2_none_lt'):6.1f} torch {device['torch_none']:6.1f} | erf default "
+                      f"lt {best(device, 'ge2_none_lt'):6.1f} lt_ws {best(device, 'ge2_none_lt_ws'):6.1f} torch {device['torch_none']:6.1f} | erf default "
                       f"{device['ge2_erf']:6.1f} ({kernels['ge2_erf']}) skinny {best(device, 'ge2_erf_skinny'):6.1f} "
-                      f"lt+pass {best(device, 'ge2_erf_lt'):6.1f} torch {device['torch_erf']:6.1f} | eager erf "
+                      f"lt+pass {best(device, 'ge2_erf_lt'):6.1f} lt_ws+pass {best(device, 'ge2_erf_lt_ws'):6.1f} torch {device['torch_erf']:6.1f} | eager erf "
                       f"default {eager['ge2_erf']:6.1f} torch {eager['torch_erf']:6.1f} | skinny "
                       f"{row['device_gbs'].get('ge2_none_skinny', 0):6.0f} GB/s | max err "
                       f"{max(errors.values()):.1e}{' | K split' if 'K split' in configurations.get('ge2_none_skinny', '') else ''}",

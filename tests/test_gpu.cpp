@@ -390,6 +390,36 @@ TEST_CASE("gpu: the tuner end to end: tune mode stores the winner, a cached cont
   }
 }
 
+TEST_CASE("gpu: at 16 rows or fewer cuBLASLt's first choice is taken without workspace") {
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16}) {
+    // A 1024x4096 nn.Linear weight: with its 32 MiB workspace cuBLASLt picks split-K
+    // there (run 27), so the two queries differ.
+    for (std::int64_t m : {1, 7, 16, 17}) {
+      GemmCase c{.dtype = dtype,
+                 .m = m,
+                 .n = 1024,
+                 .k = 4096,
+                 .trans_b = true,
+                 .has_bias = true,
+                 .act = GE2_ACT_GELU_ERF,
+                 .force_kernel = dtype == GE2_DTYPE_F16 ? "lt_f16" : "lt_bf16"};
+      CAPTURE(c.label());
+      const auto r = run_gemm_case(context.get(), memory, c);
+      CHECK_MESSAGE(r.error <= 1e-2, "error " << r.error);
+      const auto kernel = nlohmann::json::parse(r.plan_json)["steps"][0]["kernel"];
+      const std::string source = kernel["algo_source"];
+      if (m <= 16) {
+        CHECK(source == "heuristic, without workspace (16 rows or fewer)");
+        CHECK(kernel["workspace_bytes"] == 0);
+      } else {
+        CHECK(source == "heuristic");
+      }
+    }
+  }
+}
+
 TEST_CASE("gpu: a stale cuBLASLt row: the step runs the heuristic and is scored by its time") {
   const std::string db = (scratch_subdir("gpu-stale-lt-row") / "tunedb.sqlite").string();
   const GemmCase c{

@@ -42,13 +42,20 @@ AlgoChooser::AlgoChooser(cublasLtHandle_t handle, const DeviceInfo& device, ge2_
 AlgoChooser::~AlgoChooser() = default;
 
 AlgoChoice AlgoChooser::heuristic(const LtMatmul& matmul, std::uint32_t alignment) const {
-  const auto results = matmul.heuristic(1, workspace_bytes_, alignment);
+  const std::size_t limit = matmul.first_choice_workspace(workspace_bytes_);
+  auto results = matmul.heuristic(1, limit, alignment);
+  const bool limited = limit < workspace_bytes_ && !results.empty();
+  if (results.empty() && limit < workspace_bytes_)
+    results = matmul.heuristic(1, workspace_bytes_, alignment);
   require(!results.empty(), GE2_ERROR_CUBLAS, "cuBLASLt offers no algorithm for GEMM {} ({}, {})",
           matmul.problem(), dtype_name(matmul.problem().dtype), kernel_name(matmul.kernel()));
+  std::string source = alignment >= 16
+                           ? "heuristic"
+                           : fmt::format("heuristic for {}-byte-aligned pointers", alignment);
+  if (limited)
+    source += fmt::format(", without workspace ({} rows or fewer)", LtMatmul::kDecodeRows);
   return {results.front().algo, read_algo_config(results.front().algo),
-          results.front().workspaceSize,
-          alignment >= 16 ? "heuristic"
-                          : fmt::format("heuristic for {}-byte-aligned pointers", alignment)};
+          results.front().workspaceSize, std::move(source)};
 }
 
 std::optional<AlgoChoice> AlgoChooser::from_record(const LtMatmul& matmul, const TuneRecord& record,

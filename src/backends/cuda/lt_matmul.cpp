@@ -2,6 +2,8 @@
 #include "backends/cuda/dtype_dispatch.cuh"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "core/error.hpp"
 
@@ -159,6 +161,14 @@ std::vector<cublasLtMatmulHeuristicResult_t> LtMatmul::heuristic(int count,
   results.resize(static_cast<std::size_t>(returned));
   std::erase_if(results, [](const auto& r) { return r.state != CUBLAS_STATUS_SUCCESS; });
   return results;
+}
+
+std::size_t LtMatmul::first_choice_workspace(std::size_t workspace_bytes) const {
+  const GemmProblem& p = problem_;
+  const bool sixteen_bit = p.dtype == DType::F16 || p.dtype == DType::BF16;
+  if (!sixteen_bit || p.batch != 1 || p.m > kDecodeRows) return workspace_bytes;
+  const char* keep = std::getenv("GE2_LT_DECODE_WORKSPACE");
+  return keep != nullptr && std::string_view(keep) == "1" ? workspace_bytes : 0;
 }
 
 bool LtMatmul::check(const cublasLtMatmulAlgo_t& algo, std::size_t* workspace_bytes) const {

@@ -35,6 +35,18 @@ class LtMatmul {
   // accept pointers aligned to `alignment` bytes.
   std::vector<cublasLtMatmulHeuristicResult_t> heuristic(int count, std::size_t max_workspace,
                                                          std::uint32_t alignment) const;
+  // The workspace limit of the heuristic query whose first algorithm is the
+  // untuned choice (and the tuner's baseline): the context's `workspace_bytes`,
+  // but none for fp16/bf16 problems of one batch and at most kDecodeRows rows.
+  // With workspace cuBLASLt's first choice there is often split-K, which ran
+  // slower than its choice without workspace in 34 of 41 cases on 14 nn.Linear
+  // weights at 1, 8 and 16 rows (7-13% at 4096x4096, 15-26% at 1024x4096) and
+  // at most 3.4% faster in the other 7 (4096x11008, 2048x8192; run 27, H100,
+  // bench/results/2026-12-06-h100-run27).
+  // GE2_LT_DECODE_WORKSPACE=1, read at each call, keeps the workspace (for
+  // measurements).
+  static constexpr std::int64_t kDecodeRows = 16;
+  std::size_t first_choice_workspace(std::size_t workspace_bytes) const;
   // Whether `algo` is valid for this problem (cublasLtMatmulAlgoCheck); its workspace need.
   bool check(const cublasLtMatmulAlgo_t& algo, std::size_t* workspace_bytes) const;
 

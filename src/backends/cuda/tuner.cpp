@@ -27,7 +27,9 @@ TuneOutcome Tuner::tune(LtMatmul& matmul, const RivalSource& rival_source) {
     if (pass) launch_elementwise(*pass, d, nullptr, d, sm_count_, rig.stream());
   };
 
-  const auto heuristic = matmul.heuristic(1, max_workspace_, 16);
+  // The baseline: the untuned choice (AlgoChooser::heuristic).
+  auto heuristic = matmul.heuristic(1, matmul.first_choice_workspace(max_workspace_), 16);
+  if (heuristic.empty()) heuristic = matmul.heuristic(1, max_workspace_, 16);
   require(!heuristic.empty(), GE2_ERROR_CUBLAS, "tuner: cuBLASLt offers no algorithm for GEMM {}",
           p);
   rig.clear(rig.reference());
