@@ -37,7 +37,7 @@ class LtMatmul {
                                                          std::uint32_t alignment) const;
   // The workspace limit of the heuristic query whose first algorithm is the
   // untuned choice (and the tuner's baseline): the context's `workspace_bytes`,
-  // but none for fp16/bf16 problems of one batch and at most kDecodeRows rows.
+  // but none for lt_f16/lt_bf16 problems of one batch and at most kDecodeRows rows.
   // With workspace cuBLASLt's first choice there is often split-K, which ran
   // slower than its choice without workspace in 34 of 41 cases on 14 nn.Linear
   // weights at 1, 8 and 16 rows (7-13% at 4096x4096, 15-26% at 1024x4096) and
