@@ -9,7 +9,7 @@ Contenders per shape and dtype (none: bias only; erf: bias + exact GELU):
                          data runs on its tensor-core form)
   ge2_{none,erf}_lt      forced cuBLASLt (erf: GEMM + bias, then the separate pass)
   ge2_{none,erf}_lt_ws   the same with GE2_LT_DECODE_WORKSPACE=1: cuBLASLt's first choice under the
-                         context's workspace (often split-K) instead of without workspace at <= 16 rows
+                         context's workspace (often split-K) instead of without workspace (<= 16 rows, >= 4096 columns)
                          (a context of its own: a context keeps the first algorithm chosen per problem)
 Two timings of each: "device", one call captured in a CUDA graph and replayed back to back
 (kernels only), and "eager", the Python call itself back to back (host cost included, as a

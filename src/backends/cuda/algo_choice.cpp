@@ -53,7 +53,8 @@ AlgoChoice AlgoChooser::heuristic(const LtMatmul& matmul, std::uint32_t alignmen
                            ? "heuristic"
                            : fmt::format("heuristic for {}-byte-aligned pointers", alignment);
   if (limited)
-    source += fmt::format(", without workspace ({} rows or fewer)", LtMatmul::kDecodeRows);
+    source += fmt::format(", without workspace ({} rows or fewer, {} columns or more)",
+                          LtMatmul::kDecodeRows, LtMatmul::kDecodeMinColumns);
   return {results.front().algo, read_algo_config(results.front().algo),
           results.front().workspaceSize, std::move(source)};
 }
