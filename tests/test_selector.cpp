@@ -713,3 +713,25 @@ TEST_CASE("selector: allow_fp8 takes e4m3 where the model rates it faster, never
   CHECK_THROWS_AS(refuse_and_reselect(s, weights(problem(DType::F16, 64, 64, 64)), forced, "gate"),
                   Error);
 }
+
+TEST_CASE("selector: cuBLASLt's untuned choice at decode sizes of many columns is unsplit") {
+  // The table's bounds (KernelInfo::unsplit_*_untuned, run 27): at most 16 rows, at
+  // least 4096 columns, one batch, the 16-bit rows only.
+  for (const auto [kernel, dtype] :
+       {std::pair{KernelId::LtF16, DType::F16}, std::pair{KernelId::LtBf16, DType::BF16}}) {
+    CAPTURE(kernel_name(kernel));
+    for (std::int64_t m : {1, 8, 16}) {
+      CHECK(unsplit_first_choice(problem(dtype, m, 4096, 4096), kernel));
+      CHECK(unsplit_first_choice(problem(dtype, m, 28672, 8192), kernel));
+    }
+    CHECK_FALSE(unsplit_first_choice(problem(dtype, 17, 4096, 4096), kernel));
+    CHECK_FALSE(unsplit_first_choice(problem(dtype, 8, 4095, 4096), kernel));
+    CHECK_FALSE(unsplit_first_choice(problem(dtype, 8, 1024, 4096), kernel));
+    GemmProblem batched = problem(dtype, 8, 4096, 4096);
+    batched.batch = 2;
+    CHECK_FALSE(unsplit_first_choice(batched, kernel));
+  }
+  // Not measured: f32, TF32 and FP8 keep the workspace query.
+  for (KernelId kernel : {KernelId::LtF32, KernelId::LtTf32, KernelId::LtFp8E4M3})
+    CHECK_FALSE(unsplit_first_choice(problem(DType::F16, 8, 4096, 4096), kernel));
+}

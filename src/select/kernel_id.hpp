@@ -133,6 +133,18 @@ struct KernelInfo {
   // K = 1024 and 4096 (4096 x {4096, 11008, 14336} x 4096, 16384 and 2048 x 4096 x 1024),
   // 0.93-0.94x at 4096 x 4096 x 11008, where PyTorch's linear + gelu was 7% faster.
   std::int64_t pass_act_max_k_untuned = 0;
+  // cuBLASLt rows: GEMMs of one batch, at most this many rows and at least
+  // `unsplit_min_columns_untuned` columns (output features) take the heuristic's
+  // first algorithm for no workspace untuned, not its first under the context's
+  // workspace (0: never). There the latter is often split-K, and the former was
+  // faster in 30 of the 32 cases where the two differ on an H200 (up to 13%, 2
+  // equal) and in 23 of 29 on an H100 (7-13% at 4096 x 4096), at most 3.4% slower
+  // in the other 6 (4096 x 11008); 12 nn.Linear weights with N >= 4096 at 1, 8 and
+  // 16 rows, f16 and bf16. With fewer columns the devices disagree (1024 x 4096:
+  // split-K up to 2.8x faster on the H200, 15-26% slower on the H100). Run 27,
+  // bench/results/2026-12-06-h100-run27, docs/tunedb.md ("Decode sizes").
+  std::int64_t unsplit_max_rows_untuned = 0;
+  std::int64_t unsplit_min_columns_untuned = 0;
 };
 
 // Fitted to bench_gemm on the H200 (bench/results/2026-12-02-h200-run3):
@@ -145,14 +157,36 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      DType::F16,
      false,
      70,
-     {740.0, 12.0, 0.45, 128, 128}},
+     {740.0, 12.0, 0.45, 128, 128},
+     false,
+     0,
+     false,
+     false,
+     0,
+     0,
+     0,
+     0,
+     0,
+     16,
+     4096},
     {KernelId::LtBf16,
      "lt_bf16",
      KernelFamily::Cublaslt,
      DType::BF16,
      false,
      80,
-     {740.0, 12.0, 0.45, 128, 128}},
+     {740.0, 12.0, 0.45, 128, 128},
+     false,
+     0,
+     false,
+     false,
+     0,
+     0,
+     0,
+     0,
+     0,
+     16,
+     4096},
     {KernelId::LtTf32,
      "lt_tf32",
      KernelFamily::Cublaslt,

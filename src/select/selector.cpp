@@ -144,6 +144,12 @@ double staging_bytes(const GemmProblem& p) {
   return e * (a + a_s + b + b_s + (p.has_c ? d + d_s : 0.0) + d_s + d);
 }
 
+bool unsplit_first_choice(const GemmProblem& p, KernelId kernel) {
+  const KernelInfo& info = kernel_info(kernel);
+  return info.unsplit_max_rows_untuned > 0 && p.batch == 1 &&
+         p.m <= info.unsplit_max_rows_untuned && p.n >= info.unsplit_min_columns_untuned;
+}
+
 std::string cublaslt_layout_problem(const GemmProblem& p) {
   auto unit_stride = [](const MatrixView& v) {
     return v.col_stride == 1 || v.row_stride == 1 || v.rows == 1 || v.cols == 1;

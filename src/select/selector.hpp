@@ -52,6 +52,10 @@ using MeasuredTime = std::function<std::optional<double>(KernelId, const GemmPro
 // Whether a cuBLASLt kernel can express the layout (one unit stride per operand,
 // row-major D, unit-stride bias); empty when it can, else the reason.
 std::string cublaslt_layout_problem(const GemmProblem& problem);
+// Whether cuBLASLt `kernel`'s untuned algorithm for the problem is the heuristic's
+// first for no workspace (KernelInfo::unsplit_*_untuned: decode-sized GEMMs of
+// many columns) rather than its first under the context's workspace.
+bool unsplit_first_choice(const GemmProblem& problem, KernelId kernel);
 // Whether ge2's CUTLASS kernels can run the problem: K contiguous in op(A) and
 // op(B) (row-major A; B as nn.Linear's [N, K] weight), row-major C and D, every
 // leading dimension and batch stride a multiple of 16 bytes, a contiguous bias

@@ -54,7 +54,8 @@ AlgoChoice AlgoChooser::heuristic(const LtMatmul& matmul, std::uint32_t alignmen
                            : fmt::format("heuristic for {}-byte-aligned pointers", alignment);
   if (limited)
     source += fmt::format(", without workspace ({} rows or fewer, {} columns or more)",
-                          LtMatmul::kDecodeRows, LtMatmul::kDecodeMinColumns);
+                          kernel_info(matmul.kernel()).unsplit_max_rows_untuned,
+                          kernel_info(matmul.kernel()).unsplit_min_columns_untuned);
   return {results.front().algo, read_algo_config(results.front().algo),
           results.front().workspaceSize, std::move(source)};
 }

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "core/error.hpp"
+#include "select/selector.hpp"
 
 namespace ge2::cuda {
 namespace {
@@ -164,11 +165,7 @@ std::vector<cublasLtMatmulHeuristicResult_t> LtMatmul::heuristic(int count,
 }
 
 std::size_t LtMatmul::first_choice_workspace(std::size_t workspace_bytes) const {
-  const GemmProblem& p = problem_;
-  // The measured kernels: not FP8 (its problem's dtype is the 16-bit one it quantizes).
-  const bool sixteen_bit = kernel_ == KernelId::LtF16 || kernel_ == KernelId::LtBf16;
-  if (!sixteen_bit || p.batch != 1 || p.m > kDecodeRows || p.n < kDecodeMinColumns)
-    return workspace_bytes;
+  if (!unsplit_first_choice(problem_, kernel_)) return workspace_bytes;
   const char* keep = std::getenv("GE2_LT_DECODE_WORKSPACE");
   return keep != nullptr && std::string_view(keep) == "1" ? workspace_bytes : 0;
 }

@@ -37,19 +37,9 @@ class LtMatmul {
                                                          std::uint32_t alignment) const;
   // The workspace limit of the heuristic query whose first algorithm is the
   // untuned choice (and the tuner's baseline): the context's `workspace_bytes`,
-  // but none for lt_f16/lt_bf16 problems of one batch, at most kDecodeRows rows
-  // and at least kDecodeMinColumns columns (output features). There, with
-  // workspace, cuBLASLt's first choice is often split-K. Of 12 nn.Linear weights
-  // with N >= 4096 at 1, 8 and 16 rows, f16 and bf16, the choice without
-  // workspace was faster in 30 of the 32 cases where the two differ on an H200
-  // (up to 13%; 2 equal) and in 23 of 29 on an H100 (7-13% at 4096x4096), at most
-  // 3.4% slower in the other 6 (4096x11008). With fewer
-  // columns the two devices disagree (1024x4096 on the H200: split-K up to 2.8x
-  // faster; on the H100: 15-26% slower), so the workspace stays. Run 27,
-  // bench/results/2026-12-06-h100-run27. GE2_LT_DECODE_WORKSPACE=1, read at each
-  // call, keeps the workspace everywhere (for measurements).
-  static constexpr std::int64_t kDecodeRows = 16;
-  static constexpr std::int64_t kDecodeMinColumns = 4096;
+  // or none where unsplit_first_choice() says so (decode-sized GEMMs of many
+  // columns, KernelInfo::unsplit_*_untuned). GE2_LT_DECODE_WORKSPACE=1, read at
+  // each call, keeps the workspace everywhere (for measurements).
   std::size_t first_choice_workspace(std::size_t workspace_bytes) const;
   // Whether `algo` is valid for this problem (cublasLtMatmulAlgoCheck); its workspace need.
   bool check(const cublasLtMatmulAlgo_t& algo, std::size_t* workspace_bytes) const;
