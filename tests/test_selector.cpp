@@ -717,8 +717,12 @@ TEST_CASE("selector: allow_fp8 takes e4m3 where the model rates it faster, never
 TEST_CASE("selector: cuBLASLt's untuned choice at decode sizes of many columns is unsplit") {
   // The table's bounds (KernelInfo::unsplit_*_untuned, run 27): at most 16 rows, at
   // least 4096 columns, one batch, the 16-bit rows only.
-  for (const auto [kernel, dtype] :
+  for (const std::pair<KernelId, DType> row :
        {std::pair{KernelId::LtF16, DType::F16}, std::pair{KernelId::LtBf16, DType::BF16}}) {
+    // Plain variables: clang 14 (CI's sanitizer build) lets no lambda, CAPTURE's
+    // included, name a structured binding.
+    const KernelId kernel = row.first;
+    const DType dtype = row.second;
     CAPTURE(kernel_name(kernel));
     for (std::int64_t m : {1, 8, 16}) {
       CHECK(unsplit_first_choice(problem(dtype, m, 4096, 4096), kernel));
