@@ -42,22 +42,18 @@ AlgoChooser::AlgoChooser(cublasLtHandle_t handle, const DeviceInfo& device, ge2_
 AlgoChooser::~AlgoChooser() = default;
 
 AlgoChoice AlgoChooser::heuristic(const LtMatmul& matmul, std::uint32_t alignment) const {
-  const std::size_t limit = matmul.first_choice_workspace(workspace_bytes_);
-  auto results = matmul.heuristic(1, limit, alignment);
-  const bool limited = limit < workspace_bytes_ && !results.empty();
-  if (results.empty() && limit < workspace_bytes_)
-    results = matmul.heuristic(1, workspace_bytes_, alignment);
-  require(!results.empty(), GE2_ERROR_CUBLAS, "cuBLASLt offers no algorithm for GEMM {} ({}, {})",
+  const auto first = matmul.first_choice(workspace_bytes_, alignment);
+  require(first.has_value(), GE2_ERROR_CUBLAS, "cuBLASLt offers no algorithm for GEMM {} ({}, {})",
           matmul.problem(), dtype_name(matmul.problem().dtype), kernel_name(matmul.kernel()));
   std::string source = alignment >= 16
                            ? "heuristic"
                            : fmt::format("heuristic for {}-byte-aligned pointers", alignment);
-  if (limited)
+  if (first->without_workspace)
     source += fmt::format(", without workspace ({} rows or fewer, {} columns or more)",
                           kernel_info(matmul.kernel()).unsplit_max_rows_untuned,
                           kernel_info(matmul.kernel()).unsplit_min_columns_untuned);
-  return {results.front().algo, read_algo_config(results.front().algo),
-          results.front().workspaceSize, std::move(source)};
+  return {first->result.algo, read_algo_config(first->result.algo), first->result.workspaceSize,
+          std::move(source)};
 }
 
 std::optional<AlgoChoice> AlgoChooser::from_record(const LtMatmul& matmul, const TuneRecord& record,

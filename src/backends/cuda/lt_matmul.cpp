@@ -164,10 +164,16 @@ std::vector<cublasLtMatmulHeuristicResult_t> LtMatmul::heuristic(int count,
   return results;
 }
 
-std::size_t LtMatmul::first_choice_workspace(std::size_t workspace_bytes) const {
-  if (!unsplit_first_choice(problem_, kernel_)) return workspace_bytes;
+std::optional<LtMatmul::FirstChoice> LtMatmul::first_choice(std::size_t workspace_bytes,
+                                                            std::uint32_t alignment) const {
   const char* keep = std::getenv("GE2_LT_DECODE_WORKSPACE");
-  return keep != nullptr && std::string_view(keep) == "1" ? workspace_bytes : 0;
+  const bool keep_workspace = keep != nullptr && std::string_view(keep) == "1";
+  if (workspace_bytes > 0 && !keep_workspace && unsplit_first_choice(problem_, kernel_))
+    if (const auto unsplit = heuristic(1, 0, alignment); !unsplit.empty())
+      return FirstChoice{unsplit.front(), true};
+  const auto results = heuristic(1, workspace_bytes, alignment);
+  if (results.empty()) return std::nullopt;
+  return FirstChoice{results.front(), false};
 }
 
 bool LtMatmul::check(const cublasLtMatmulAlgo_t& algo, std::size_t* workspace_bytes) const {

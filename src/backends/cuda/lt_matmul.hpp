@@ -4,6 +4,7 @@
 // per-row bias), batch strides, epilogue.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,12 +36,18 @@ class LtMatmul {
   // accept pointers aligned to `alignment` bytes.
   std::vector<cublasLtMatmulHeuristicResult_t> heuristic(int count, std::size_t max_workspace,
                                                          std::uint32_t alignment) const;
-  // The workspace limit of the heuristic query whose first algorithm is the
-  // untuned choice (and the tuner's baseline): the context's `workspace_bytes`,
-  // or none where unsplit_first_choice() says so (decode-sized GEMMs of many
-  // columns, KernelInfo::unsplit_*_untuned). GE2_LT_DECODE_WORKSPACE=1, read at
-  // each call, keeps the workspace everywhere (for measurements).
-  std::size_t first_choice_workspace(std::size_t workspace_bytes) const;
+  // The untuned choice (and the tuner's baseline): the heuristic's first algorithm
+  // for pointers aligned to `alignment`, under the context's `workspace_bytes`, or
+  // under none where unsplit_first_choice() says so (decode-sized GEMMs of many
+  // columns, KernelInfo::unsplit_*_untuned) and cuBLASLt offers one there.
+  // GE2_LT_DECODE_WORKSPACE=1, read at each call, keeps the workspace everywhere
+  // (for measurements). Empty when cuBLASLt offers no algorithm.
+  struct FirstChoice {
+    cublasLtMatmulHeuristicResult_t result;
+    bool without_workspace;  // taken under no workspace by the rule above
+  };
+  std::optional<FirstChoice> first_choice(std::size_t workspace_bytes,
+                                          std::uint32_t alignment) const;
   // Whether `algo` is valid for this problem (cublasLtMatmulAlgoCheck); its workspace need.
   bool check(const cublasLtMatmulAlgo_t& algo, std::size_t* workspace_bytes) const;
 

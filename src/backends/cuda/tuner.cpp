@@ -28,18 +28,17 @@ TuneOutcome Tuner::tune(LtMatmul& matmul, const RivalSource& rival_source) {
   };
 
   // The baseline: the untuned choice (AlgoChooser::heuristic).
-  auto heuristic = matmul.heuristic(1, matmul.first_choice_workspace(max_workspace_), 16);
-  if (heuristic.empty()) heuristic = matmul.heuristic(1, max_workspace_, 16);
-  require(!heuristic.empty(), GE2_ERROR_CUBLAS, "tuner: cuBLASLt offers no algorithm for GEMM {}",
+  const auto first = matmul.first_choice(max_workspace_, 16);
+  require(first.has_value(), GE2_ERROR_CUBLAS, "tuner: cuBLASLt offers no algorithm for GEMM {}",
           p);
   rig.clear(rig.reference());
-  run(heuristic.front().algo, 0, rig.reference());
+  run(first->result.algo, 0, rig.reference());
 
   // Candidates: the heuristic's first choice, then its lists under several
   // workspace limits, without repeats, each agreeing with the first.
   TuneOutcome outcome;
-  std::vector<cublasLtMatmulHeuristicResult_t> candidates{heuristic.front()};
-  std::vector<AlgoConfig> configs{read_algo_config(heuristic.front().algo)};
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates{first->result};
+  std::vector<AlgoConfig> configs{read_algo_config(first->result.algo)};
   const double bound = agreement_bound(p.dtype, matmul.kernel() == KernelId::LtTf32);
   for (std::size_t limit : {max_workspace_, std::size_t{4} << 20, std::size_t{0}}) {
     for (const auto& r : matmul.heuristic(32, limit, 16)) {
