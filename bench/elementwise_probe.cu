@@ -41,7 +41,7 @@ struct Variant {
 template <typename T, typename Op, int kThreads, int kUnroll>
 Variant variant() {
   return {fmt::format("{}x{}", kThreads, kUnroll), [](const flat::Params& p, cudaStream_t s) {
-            flat::launch<T, flat::Config<kThreads, kUnroll>>(p, Op{}, s);
+            CUDA_OR_DIE((flat::launch<T, flat::Config<kThreads, kUnroll>>(p, Op{}, s, false)));
           }};
 }
 

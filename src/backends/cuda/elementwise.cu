@@ -132,7 +132,10 @@ void launch_typed(const ElementwiseParams& p, bool vectorise, bool dense, int sm
     const long long per_row = p.cols / (16 / static_cast<long long>(sizeof(T)));
     const flat::Params fp{
         p.x, p.y, p.bias, p.out, p.batch * p.rows * per_row, per_row, p.has_bias != 0};
-    with_op(p, [&](auto op) { flat::launch<T, FlatConfig>(fp, op, stream); });
+    // Dependent on the kernel before (dependent_launch.cuh): on an eager stream
+    // the pass's launch then overlaps the end of the GEMM whose D it reads.
+    with_op(p,
+            [&](auto op) { GE2_CUDA_CHECK((flat::launch<T, FlatConfig>(fp, op, stream, true))); });
     return;
   }
   if (vectorise) {

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 
+#include "backends/cuda/dependent_launch.cuh"
 #include "backends/cuda/device_math.cuh"
 
 namespace ge2::cuda::flat {
@@ -67,6 +68,7 @@ __device__ __forceinline__ void store_round(const Params& p, const Op& op, long 
 // Rounds of kThreads * kUnroll vectors per block, striding over the grid.
 template <typename T, typename Cfg, typename Op>
 __global__ void __launch_bounds__(Cfg::kThreads) kernel(Params p, Op op) {
+  wait_for_producer();  // x is usually the D of the GEMM just before
   constexpr long long kPerBlock = static_cast<long long>(Cfg::kThreads) * Cfg::kUnroll;
   const long long step = static_cast<long long>(gridDim.x) * kPerBlock;
   long long first = static_cast<long long>(blockIdx.x) * kPerBlock + threadIdx.x;
@@ -77,13 +79,15 @@ __global__ void __launch_bounds__(Cfg::kThreads) kernel(Params p, Op op) {
   }
 }
 
-// Launches the pass on `stream`.
+// Launches the pass on `stream`, programmatically dependent on the kernel before
+// it when `dependent` (dependent_launch.cuh); the launch's error.
 template <typename T, typename Cfg, typename Op>
-void launch(const Params& p, const Op& op, cudaStream_t stream) {
+cudaError_t launch(const Params& p, const Op& op, cudaStream_t stream, bool dependent) {
   constexpr long long kPerBlock = static_cast<long long>(Cfg::kThreads) * Cfg::kUnroll;
   const long long blocks =
       std::clamp<long long>((p.vectors + kPerBlock - 1) / kPerBlock, 1, 1LL << 30);
-  kernel<T, Cfg><<<static_cast<unsigned>(blocks), Cfg::kThreads, 0, stream>>>(p, op);
+  return launch_dependent(dependent, kernel<T, Cfg, Op>, dim3(static_cast<unsigned>(blocks)),
+                          dim3(Cfg::kThreads), 0, stream, p, op);
 }
 
 }  // namespace ge2::cuda::flat
