@@ -71,15 +71,17 @@ Variant read_variant(int sm_count, unsigned* sink) {
 
 template <int W, int C, int U>
 Variant variant() {
-  return {fmt::format("core {}w x {}c x {}u", W, C, U),
-          [](const Params& p, cudaStream_t s) { launch<__half, Config<W, C, U>, 16>(p, 1, s); }};
+  return {fmt::format("core {}w x {}c x {}u", W, C, U), [](const Params& p, cudaStream_t s) {
+            CUDA_OR_DIE((launch<__half, Config<W, C, U>, 16>(p, 1, s)));
+          }};
 }
 
 template <int W, int T, int U, bool C = false>
 Variant mma_variant() {
-  return {
-      fmt::format("mma {}w x {}t x {}u{}", W, T, U, C ? " contiguous" : ""),
-      [](const Params& p, cudaStream_t s) { launch_mma<__half, MmaConfig<W, T, U, C>>(p, 1, s); }};
+  return {fmt::format("mma {}w x {}t x {}u{}", W, T, U, C ? " contiguous" : ""),
+          [](const Params& p, cudaStream_t s) {
+            CUDA_OR_DIE((launch_mma<__half, MmaConfig<W, T, U, C>>(p, 1, s)));
+          }};
 }
 
 // K split over `S` blocks per column tile (Params::splits), or at least `MinBlocks` blocks per SM.
@@ -92,7 +94,7 @@ Variant split_variant() {
             q.splits = S;
             if (S > 1)  // as launch_skinny_gemm does: the tile counters start from zero
               CUDA_OR_DIE(cudaMemsetAsync(q.counters, 0, sizeof(unsigned) * ((q.n + 15) / 16), s));
-            launch_mma<__half, MmaConfig<W, T, U, false, MinBlocks>>(q, 1, s);
+            CUDA_OR_DIE((launch_mma<__half, MmaConfig<W, T, U, false, MinBlocks>>(q, 1, s)));
           }};
 }
 

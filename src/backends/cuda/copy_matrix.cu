@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "backends/cuda/cuda_errors.hpp"
+#include "backends/cuda/dependent_launch.cuh"
 #include "backends/cuda/device_math.cuh"
 #include "backends/cuda/dtype_dispatch.cuh"
 #include "backends/cuda/kernels.hpp"
@@ -84,6 +85,7 @@ __device__ __forceinline__ uint4 load_source_vector(const E* row, long long q, i
 // element-aligned: 2-D grid, y over rows, x over the destination's aligned vectors.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) copy_rows_vectorised(CopyParams p) {
+  wait_for_producer();
   using E = Bits<T>;
   constexpr int C = 16 / sizeof(E);
   const long long rows_total = p.batch * p.dst_rows;
@@ -141,6 +143,7 @@ __global__ void __launch_bounds__(kThreads) copy_rows_vectorised(CopyParams p) {
 // Any strides: one element per thread, consecutive threads on consecutive columns.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) copy_rows_scalar(CopyParams p) {
+  wait_for_producer();
   const long long rows_total = p.batch * p.dst_rows;
   for (long long row = blockIdx.y; row < rows_total; row += gridDim.y) {
     const auto [src_row, dst_row, inside] = row_pair<T>(p, row);
@@ -158,11 +161,13 @@ void launch_typed(const CopyParams& p, cudaStream_t stream) {
   const bool element_aligned =
       misalignment_bytes(p.src) % sizeof(T) == 0 && misalignment_bytes(p.dst) % sizeof(T) == 0;
   if (element_aligned && p.s_cs == 1 && p.d_cs == 1) {
-    copy_rows_vectorised<T>
-        <<<grid_2d(p.batch * p.dst_rows, (p.dst_cols + C) / C, kThreads), kThreads, 0, stream>>>(p);
+    GE2_CUDA_CHECK(launch_dependent(true, copy_rows_vectorised<T>,
+                                    grid_2d(p.batch * p.dst_rows, (p.dst_cols + C) / C, kThreads),
+                                    dim3(kThreads), 0, stream, p));
   } else {
-    copy_rows_scalar<T>
-        <<<grid_2d(p.batch * p.dst_rows, p.dst_cols, kThreads), kThreads, 0, stream>>>(p);
+    GE2_CUDA_CHECK(launch_dependent(true, copy_rows_scalar<T>,
+                                    grid_2d(p.batch * p.dst_rows, p.dst_cols, kThreads),
+                                    dim3(kThreads), 0, stream, p));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backends/cuda/cuda_errors.hpp"
+#include "backends/cuda/dependent_launch.cuh"
 #include "backends/cuda/device_math.cuh"
 #include "backends/cuda/dtype_dispatch.cuh"
 #include "backends/cuda/elementwise_flat.cuh"
@@ -34,6 +35,7 @@ struct ElementwiseParams {
 
 template <typename T>
 __global__ void elementwise_strided(ElementwiseParams p) {
+  wait_for_producer();
   const RuntimeOp op{p.combine, p.x_act, p.act};
   const long long total = p.batch * p.rows * p.cols;
   const T* x = static_cast<const T*>(p.x);
@@ -60,6 +62,7 @@ __global__ void elementwise_strided(ElementwiseParams p) {
 // a pass this light is bound by the bytes in flight.
 template <typename T, int kRows, typename Op>
 __global__ void __launch_bounds__(256) elementwise_rows(ElementwiseParams p, Op op) {
+  wait_for_producer();
   constexpr int kVec = 16 / sizeof(T);
   const long long vectors_per_row = p.cols / kVec;
   const long long rows_total = p.batch * p.rows;
@@ -132,8 +135,6 @@ void launch_typed(const ElementwiseParams& p, bool vectorise, bool dense, int sm
     const long long per_row = p.cols / (16 / static_cast<long long>(sizeof(T)));
     const flat::Params fp{
         p.x, p.y, p.bias, p.out, p.batch * p.rows * per_row, per_row, p.has_bias != 0};
-    // Dependent on the kernel before (dependent_launch.cuh): on an eager stream
-    // the pass's launch then overlaps the end of the GEMM whose D it reads.
     with_op(p,
             [&](auto op) { GE2_CUDA_CHECK((flat::launch<T, FlatConfig>(fp, op, stream, true))); });
     return;
@@ -145,11 +146,13 @@ void launch_typed(const ElementwiseParams& p, bool vectorise, bool dense, int sm
     with_op(p, [&](auto op) {
       if (rows >= 4LL * sm_count) {
         constexpr int kRows = 4;
-        elementwise_rows<T, kRows>
-            <<<grid_2d((rows + kRows - 1) / kRows, vectors, kThreads), kThreads, 0, stream>>>(p,
-                                                                                              op);
+        GE2_CUDA_CHECK(launch_dependent(true, elementwise_rows<T, kRows, decltype(op)>,
+                                        grid_2d((rows + kRows - 1) / kRows, vectors, kThreads),
+                                        dim3(kThreads), 0, stream, p, op));
       } else {
-        elementwise_rows<T, 1><<<grid_2d(rows, vectors, kThreads), kThreads, 0, stream>>>(p, op);
+        GE2_CUDA_CHECK(launch_dependent(true, elementwise_rows<T, 1, decltype(op)>,
+                                        grid_2d(rows, vectors, kThreads), dim3(kThreads), 0, stream,
+                                        p, op));
       }
     });
     return;
@@ -158,7 +161,8 @@ void launch_typed(const ElementwiseParams& p, bool vectorise, bool dense, int sm
   // Enough blocks to fill the chip several times; the loops stride over the rest.
   const unsigned blocks = static_cast<unsigned>(std::max<long long>(
       1, std::min<long long>((work + kThreads - 1) / kThreads, 16LL * std::max(1, sm_count))));
-  elementwise_strided<T><<<blocks, kThreads, 0, stream>>>(p);
+  GE2_CUDA_CHECK(
+      launch_dependent(true, elementwise_strided<T>, dim3(blocks), dim3(kThreads), 0, stream, p));
 }
 
 }  // namespace

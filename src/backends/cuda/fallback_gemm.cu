@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backends/cuda/cuda_errors.hpp"
+#include "backends/cuda/dependent_launch.cuh"
 #include "backends/cuda/device_math.cuh"
 #include "backends/cuda/dtype_dispatch.cuh"
 #include "backends/cuda/kernels.hpp"
@@ -34,6 +35,7 @@ struct FallbackParams {
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) fallback_gemm_kernel(FallbackParams p) {
+  wait_for_producer();
   // k-major tiles so the inner product reads rows of both with broadcast-friendly patterns.
   __shared__ float a_tile[BK][BM + 4];
   __shared__ float b_tile[BK][BN + 4];
@@ -137,7 +139,8 @@ void launch_fallback_gemm(const GemmProblem& pr, const void* a, const void* b, c
           "cuda_f32: M = {} needs {} row tiles, more than the grid allows (65535)", pr.m, grid.y);
   with_cuda_type(pr.dtype, [&](auto row) {
     using T = typename decltype(row)::type;
-    fallback_gemm_kernel<T><<<grid, kThreads, 0, stream>>>(p);
+    GE2_CUDA_CHECK(
+        launch_dependent(true, fallback_gemm_kernel<T>, grid, dim3(kThreads), 0, stream, p));
   });
   GE2_CUDA_CHECK(cudaGetLastError());
 }

@@ -1,4 +1,8 @@
-// Launchers for ge2's own CUDA kernels. Each checks its launch.
+// Launchers for ge2's own CUDA kernels. Each checks its launch. The elementwise,
+// copy, fallback GEMM and cuda_skinny kernels launch programmatically dependent
+// on the kernel before them on the stream (dependent_launch.cuh): on Hopper the
+// launch overlaps that kernel's end (run 28, H200: about 1 us less per pass
+// after a cuBLASLt GEMM on an eager stream; the same inside a CUDA graph).
 #pragma once
 
 #include <cuda_runtime.h>

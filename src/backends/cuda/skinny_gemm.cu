@@ -127,11 +127,11 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
     const int batch = static_cast<int>(pr.batch);
     if constexpr (sizeof(T) == 2) {
       if (form == SkinnyForm::TensorCores) {
-        skinny::launch_mma<T, MmaLibraryConfig>(p, batch, stream);
+        GE2_CUDA_CHECK((skinny::launch_mma<T, MmaLibraryConfig>(p, batch, stream)));
         return;
       }
     }
-    skinny::launch<T, LibraryConfig, kSkinnyCudaCoreMaxRows>(p, batch, stream);
+    GE2_CUDA_CHECK((skinny::launch<T, LibraryConfig, kSkinnyCudaCoreMaxRows>(p, batch, stream)));
   });
   GE2_CUDA_CHECK(cudaGetLastError());
 }

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime.h>
 
+#include "backends/cuda/dependent_launch.cuh"
 #include "backends/cuda/device_math.cuh"
 
 namespace ge2::cuda::skinny {
@@ -78,6 +79,7 @@ __device__ __forceinline__ void store_output(const Params& p, long long z, int r
 
 template <typename T, int kRows, typename Cfg>
 __global__ void __launch_bounds__(32 * Cfg::kWarps) kernel(Params p) {
+  wait_for_producer();  // A is usually the output of the kernel before
   using V = Vector<T>;
   constexpr int kStep = 32 * V::kElements;  // K elements a warp reads per vector load
   constexpr int kCols = Cfg::kCols, kUnroll = Cfg::kUnroll;
@@ -141,21 +143,19 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps) kernel(Params p) {
   }
 }
 
-// Launches the instance for p.m rows (1, 2, 4 or kMaxRows) on `stream`.
+// Launches the instance for p.m rows (1, 2, 4 or kMaxRows) on `stream`,
+// programmatically dependent on the kernel before (dependent_launch.cuh); the
+// launch's error.
 template <typename T, typename Cfg, int kMaxRows>
-void launch(const Params& p, int batch, cudaStream_t stream) {
+[[nodiscard]] cudaError_t launch(const Params& p, int batch, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n + Cfg::kColumnsPerBlock - 1) / Cfg::kColumnsPerBlock),
                   static_cast<unsigned>(batch));
-  constexpr int threads = 32 * Cfg::kWarps;
-  if (p.m <= 1) {
-    kernel<T, 1, Cfg><<<grid, threads, 0, stream>>>(p);
-  } else if (p.m <= 2) {
-    kernel<T, 2, Cfg><<<grid, threads, 0, stream>>>(p);
-  } else if (p.m <= 4) {
-    kernel<T, 4, Cfg><<<grid, threads, 0, stream>>>(p);
-  } else {
-    kernel<T, kMaxRows, Cfg><<<grid, threads, 0, stream>>>(p);
-  }
+  const dim3 threads(32 * Cfg::kWarps);
+  auto* instance = p.m <= 1   ? kernel<T, 1, Cfg>
+                   : p.m <= 2 ? kernel<T, 2, Cfg>
+                   : p.m <= 4 ? kernel<T, 4, Cfg>
+                              : kernel<T, kMaxRows, Cfg>;
+  return launch_dependent(true, instance, grid, threads, 0, stream, p);
 }
 
 }  // namespace ge2::cuda::skinny

@@ -67,6 +67,7 @@ template <typename T, int kRows, typename Cfg>
 __global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(Params p) {
   static_assert(sizeof(T) == 2, "mma.sync m16n8k16 takes 16-bit inputs");
   static_assert(kRows == 8 || kRows == 16);
+  wait_for_producer();  // A is usually the output of the kernel before
   constexpr int kWarps = Cfg::kWarps, kTiles = Cfg::kTiles, kUnroll = Cfg::kUnroll;
   constexpr int kCols = Cfg::kColumnsPerBlock;
   // One more column per row: the fragment stores below hit distinct banks.
@@ -172,16 +173,15 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(
   });
 }
 
-// Launches the instance for p.m rows (at most 16) on `stream`.
+// Launches the instance for p.m rows (at most 16) on `stream`, programmatically
+// dependent on the kernel before (dependent_launch.cuh); the launch's error.
 template <typename T, typename Cfg>
-void launch_mma(const Params& p, int batch, cudaStream_t stream) {
+[[nodiscard]] cudaError_t launch_mma(const Params& p, int batch, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n + Cfg::kColumnsPerBlock - 1) / Cfg::kColumnsPerBlock),
                   static_cast<unsigned>(batch), static_cast<unsigned>(p.splits > 1 ? p.splits : 1));
-  constexpr int threads = 32 * Cfg::kWarps;
-  if (p.m <= 8)
-    mma_kernel<T, 8, Cfg><<<grid, threads, 0, stream>>>(p);
-  else
-    mma_kernel<T, 16, Cfg><<<grid, threads, 0, stream>>>(p);
+  const dim3 threads(32 * Cfg::kWarps);
+  return launch_dependent(true, p.m <= 8 ? mma_kernel<T, 8, Cfg> : mma_kernel<T, 16, Cfg>, grid,
+                          threads, 0, stream, p);
 }
 
 }  // namespace ge2::cuda::skinny
