@@ -28,6 +28,7 @@
 #include "backends/cuda/algo_config.hpp"
 #include "backends/cuda/lt_matmul.hpp"
 #include "backends/cuda/timing_rig.hpp"
+#include "linear_problem.hpp"
 
 namespace {
 
@@ -37,31 +38,6 @@ using namespace ge2::cuda;
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;  // a context's default
 constexpr std::size_t kWorkspaceLimits[] = {kWorkspaceBytes, std::size_t{4} << 20,
                                             std::size_t{1} << 20, 0};
-
-GemmProblem linear(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) {
-  GemmProblem p;
-  p.dtype = dtype;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.trans_b = true;
-  p.has_bias = true;
-  p.a = {1, m, k, 0, k, 1};
-  p.b = {1, n, k, 0, k, 1};
-  p.d = {1, m, n, 0, n, 1};
-  return p;
-}
-
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t end = std::min(text.find(',', start), text.size());
-    if (end > start) parts.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return parts;
-}
 
 std::string differing_words(const cublasLtMatmulAlgo_t& x, const cublasLtMatmulAlgo_t& y) {
   std::string words;
@@ -144,12 +120,12 @@ int main(int argc, char** argv) {
     fmt::print(
         "| dtype M×N×K | algorithm | configuration | rig, interleaved, rotated µs | alone, "
         "rotated µs | alone, same tensors µs |\n|---|---|---|---:|---:|---:|\n");
-    for (const std::string& dtype_text : split(dtypes))
-      for (const std::string& shape : split(shapes)) {
+    for (const std::string& dtype_text : bench::split_commas(dtypes))
+      for (const std::string& shape : bench::split_commas(shapes)) {
         long long m = 0, n = 0, k = 0;
         if (std::sscanf(shape.c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3) return 2;
         const DType dtype = dtype_text == "bf16" ? DType::BF16 : DType::F16;
-        compare_conditions(handle.get(), linear(dtype, m, n, k),
+        compare_conditions(handle.get(), bench::linear_problem(dtype, m, n, k),
                            dtype == DType::BF16 ? KernelId::LtBf16 : KernelId::LtF16, l2,
                            dtype_text + " " + shape);
       }
@@ -160,16 +136,16 @@ int main(int argc, char** argv) {
       "heuristic µs | heuristic again µs | rebuilt µs | rebuilt / heuristic |\n"
       "|---|---|---:|---|---:|---:|---:|---:|\n");
   std::vector<std::string> workspace_lines;
-  for (const std::string& dtype_text : split(dtypes)) {
+  for (const std::string& dtype_text : bench::split_commas(dtypes)) {
     const DType dtype = dtype_text == "bf16" ? DType::BF16 : DType::F16;
     const KernelId kernel = dtype == DType::BF16 ? KernelId::LtBf16 : KernelId::LtF16;
-    for (const std::string& shape : split(shapes)) {
+    for (const std::string& shape : bench::split_commas(shapes)) {
       long long m = 0, n = 0, k = 0;
       if (std::sscanf(shape.c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3) {
         std::fprintf(stderr, "lt_algo_probe: bad shape %s\n", shape.c_str());
         return 2;
       }
-      const GemmProblem problem = linear(dtype, m, n, k);
+      const GemmProblem problem = bench::linear_problem(dtype, m, n, k);
       LtMatmul matmul(handle.get(), problem, kernel);
       const auto results = matmul.heuristic(32, kWorkspaceBytes, 16);
       if (results.empty()) continue;

@@ -30,6 +30,7 @@
 #include "backends/cuda/lt_matmul.hpp"
 #include "cuda_or_die.hpp"
 #include "group_timer.hpp"
+#include "linear_problem.hpp"
 
 namespace {
 
@@ -38,21 +39,6 @@ using namespace ge2::cuda;
 
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;  // a context's default
 constexpr int kRepeats = 20;                                    // layers per timed group
-
-GemmProblem linear(DType dtype, std::int64_t m, std::int64_t n, std::int64_t k, Activation act) {
-  GemmProblem p;
-  p.dtype = dtype;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.trans_b = true;
-  p.has_bias = true;
-  p.act = act;
-  p.a = {1, m, k, 0, k, 1};
-  p.b = {1, n, k, 0, k, 1};
-  p.d = {1, m, n, 0, n, 1};
-  return p;
-}
 
 // A cuBLASLt layer with the heuristic's first choice under the context's workspace.
 struct Layer {
@@ -89,8 +75,8 @@ void probe(DType dtype, KernelId kernel, std::int64_t m, std::int64_t n, std::in
   CUDA_OR_DIE(cudaMalloc(&d, m * n * sizeof(T)));
   CUDA_OR_DIE(cudaMalloc(&workspace, kWorkspaceBytes));
 
-  Layer biased(handle, linear(dtype, m, n, k, Activation::None), kernel);
-  Layer tanh_fused(handle, linear(dtype, m, n, k, Activation::GeluTanh), kernel);
+  Layer biased(handle, bench::linear_problem(dtype, m, n, k), kernel);
+  Layer tanh_fused(handle, bench::linear_problem(dtype, m, n, k, Activation::GeluTanh), kernel);
   const LtPointers pointers{x, w, nullptr, bias, d};
   const flat::Params pass{d,
                           nullptr,
@@ -167,17 +153,6 @@ void probe(DType dtype, KernelId kernel, std::int64_t m, std::int64_t n, std::in
   for (void* p : {x, w, bias, d, workspace}) CUDA_OR_DIE(cudaFree(p));
 }
 
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t end = std::min(text.find(',', start), text.size());
-    if (end > start) parts.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return parts;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -211,8 +186,8 @@ int main(int argc, char** argv) {
   LtHandle handle = make_lt_handle();
   cudaStream_t stream;
   CUDA_OR_DIE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  for (const auto& dt : split(dtypes))
-    for (const auto& shape : split(shapes)) {
+  for (const auto& dt : bench::split_commas(dtypes))
+    for (const auto& shape : bench::split_commas(shapes)) {
       long long m = 0, n = 0, k = 0;
       if (std::sscanf(shape.c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3 || m < 1 || n % 8 ||
           k % 8) {
