@@ -84,7 +84,7 @@ def main():
     import torch.nn.functional as F
 
     import ge2
-    from ffn_blocks import cuda_graphed, time_contenders
+    from ffn_blocks import cuda_graphed, linear_layer, time_contenders
 
     torch.manual_seed(0)
     ctx = ge2.Context(device="cuda", tunedb="")
@@ -104,12 +104,7 @@ def main():
             ref_pre = (x.double() @ w.double().T + b.double())
 
             def plan(act, force=None, context=ctx):
-                g = ge2.Graph()
-                vx = g.input("x", (m, k), dtype_name)
-                vw = g.input("w", (n, k), dtype_name)
-                vb = g.input("b", (n,), dtype_name)
-                g.output(g.gemm_bias_act(vx, vw, vb, act=act, trans_b=True), "y")
-                p = g.compile(context, force_kernel=force)
+                p = linear_layer(m, n, k, dtype_name, act).compile(context, force_kernel=force)
                 y = torch.empty(m, n, device="cuda", dtype=dtype)
                 run = lambda: p.execute({"x": x, "w": w, "b": b, "y": y})  # noqa: E731
                 kernel = [s["selection"]["kernel"] for s in p.describe()["steps"] if "selection" in s][0]

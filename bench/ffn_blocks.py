@@ -108,6 +108,17 @@ def ge2_block(kind, modules, tokens, hidden, dtype_name, dynamic=False, residual
     return g
 
 
+def linear_layer(m, n, k, dtype_name, act=None):
+    """One nn.Linear layer as a ge2 graph: inputs x (m, k), w (n, k) (the module's [out, in] weight,
+    so trans_b) and b (n,); output y = act(x @ w^T + b) (act: a ge2 activation name or None)."""
+    import ge2
+
+    g = ge2.Graph()
+    vx, vw, vb = g.input("x", (m, k), dtype_name), g.input("w", (n, k), dtype_name), g.input("b", (n,), dtype_name)
+    g.output(g.gemm_bias_act(vx, vw, vb, act=act, trans_b=True), "y")
+    return g
+
+
 def cuda_graphed(fn, x):
     """fn(x) captured once as a CUDA graph; calls replay it on x's storage."""
     import torch

@@ -25,6 +25,7 @@ def main():
     from torch.profiler import ProfilerActivity, profile
 
     import ge2
+    from ffn_blocks import linear_layer
 
     torch.manual_seed(0)
     dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
@@ -38,11 +39,7 @@ def main():
         y = torch.empty(m, n, device="cuda", dtype=dtype)
         plans = {}
         for act in (None, "gelu"):
-            g = ge2.Graph()
-            vx, vw, vb = (g.input("x", (m, k), args.dtype), g.input("w", (n, k), args.dtype),
-                          g.input("b", (n,), args.dtype))
-            g.output(g.gemm_bias_act(vx, vw, vb, act=act, trans_b=True), "y")
-            plans[act] = g.compile(ctx)
+            plans[act] = linear_layer(m, n, k, args.dtype, act).compile(ctx)
         runs = {"torch_linear": lambda: F.linear(x, w, b),
                 "torch_linear_gelu": lambda: F.gelu(F.linear(x, w, b)),
                 "torch_mm": lambda: torch.mm(x, w.T),

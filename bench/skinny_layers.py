@@ -39,7 +39,7 @@ def main():
     import torch.nn.functional as F
 
     import ge2
-    from ffn_blocks import cuda_graphed, time_contenders
+    from ffn_blocks import cuda_graphed, linear_layer, time_contenders
 
     torch.manual_seed(0)
     ctx = ge2.Context(device="cuda", tunedb="")
@@ -58,10 +58,7 @@ def main():
                 for act, name in ((None, "none"), ("gelu", "erf")):
                     for suffix, force in (("", None), ("_skinny", "cuda_skinny"), ("_lt", f"lt_{dtype_name}"),
                                           ("_lt_ws", f"lt_{dtype_name}")):
-                        g = ge2.Graph()
-                        vx, vw, vb = g.input("x", (m, k), dtype_name), g.input("w", (n, k), dtype_name), \
-                            g.input("b", (n,), dtype_name)
-                        g.output(g.gemm_bias_act(vx, vw, vb, act=act, trans_b=True), "y")
+                        g = linear_layer(m, n, k, dtype_name, act)
                         try:
                             if suffix == "_lt_ws":
                                 os.environ["GE2_LT_DECODE_WORKSPACE"] = "1"

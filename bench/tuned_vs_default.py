@@ -36,7 +36,7 @@ def main():
     import torch.nn.functional as F
 
     import ge2
-    from ffn_blocks import cuda_graphed, time_contenders
+    from ffn_blocks import cuda_graphed, linear_layer, time_contenders
 
     os.makedirs(args.out, exist_ok=True)
     tunedb = os.path.join(args.out, "tuned_vs_default.sqlite")
@@ -56,11 +56,7 @@ def main():
             b = torch.randn(n, device="cuda", dtype=dtype)
 
             def plan(context, act, force=None):
-                g = ge2.Graph()
-                vx = g.input("x", (m, k), dtype_name)
-                vw = g.input("w", (n, k), dtype_name)
-                vb = g.input("b", (n,), dtype_name)
-                g.output(g.gemm_bias_act(vx, vw, vb, act=None if act == "none" else act, trans_b=True), "y")
+                g = linear_layer(m, n, k, dtype_name, None if act == "none" else act)
                 t0 = time.perf_counter()
                 p = g.compile(context, force_kernel=force)
                 compile_ms = (time.perf_counter() - t0) * 1e3

@@ -52,3 +52,34 @@ def test_plot_ffn_draws_the_ratios(tmp_path):
     out = run("plot_ffn.py", str(tmp_path / "ffn_blocks.json"), str(tmp_path / "ratios.png"))
     assert "1 series over 2 rows" in out
     assert (tmp_path / "ratios.png").stat().st_size > 1000
+
+
+def test_linear_layer_is_an_nn_linear_with_its_activation():
+    """bench/ffn_blocks.linear_layer, the layer graph the layer benchmarks compile: x @ w^T + b with
+    w in nn.Linear's [out, in] layout, then the activation, against fp64 on fresh random data."""
+    import math
+
+    import numpy as np
+
+    import ge2
+
+    sys.path.insert(0, BENCH)
+    try:
+        from ffn_blocks import linear_layer
+    finally:
+        sys.path.remove(BENCH)
+    rng = np.random.default_rng()
+    m, n, k = 7, 24, 40
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)).astype(np.float32) / math.sqrt(k)
+    b = rng.standard_normal(n).astype(np.float32)
+    pre = x.astype(np.float64) @ w.astype(np.float64).T + b
+    erf = np.vectorize(math.erf)
+    refs = {None: pre, "relu": np.maximum(pre, 0), "gelu": 0.5 * pre * (1 + erf(pre / math.sqrt(2)))}
+    ctx = ge2.Context(device="cpu")
+    for act, ref in refs.items():
+        plan = linear_layer(m, n, k, "f32", act).compile(ctx)
+        y = np.full((m, n), np.nan, dtype=np.float32)
+        plan.execute({"x": x, "w": w, "b": b, "y": y})
+        error = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+        assert error < 1e-5, (act, error)
