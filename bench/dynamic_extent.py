@@ -4,6 +4,9 @@ count and against PyTorch, one process, same tensors (issue 19's targets).
 Per block (GELU MLP with biases, SwiGLU; residual; nn.Linear weights) and token count M:
   ge2_dynamic     one plan, x's rows dynamic up to --bound, run with ge2_plan_execute_dynamic
   ge2_fixed       a plan compiled for exactly M, run with ge2_plan_execute
+  ge2_fixed_again a second plan compiled for exactly M: the same kernels on their own buffers and
+                  weight copies, so the spread between the two fixed plans is the measurement's
+                  floor for "within 3% of the fixed plan"
   torch_eager     the nn.Module itself
 both ge2 plans called through the C function directly (the same ctypes call for both, so
 Python's cost is alike), in a context that does not tune (cached, empty database) and in one
@@ -93,26 +96,30 @@ def main():
             for m in args.tokens:
                 x = torch.randn(m, args.hidden, device="cuda", dtype=torch.float16)
                 fixed, seconds = compile_block(kind, modules, m, args.hidden, ctx, False)
+                fixed_again, _ = compile_block(kind, modules, m, args.hidden, ctx, False)
                 fixed_seconds += seconds
-                ys = {name: torch.empty_like(x) for name in ("dyn", "fixed")}
-                calls = {"ge2_dynamic": caller(dyn, x, ys["dyn"], m), "ge2_fixed": caller(fixed, x, ys["fixed"])}
+                ys = {name: torch.empty_like(x) for name in ("dyn", "fixed", "fixed_again")}
+                calls = {"ge2_dynamic": caller(dyn, x, ys["dyn"], m), "ge2_fixed": caller(fixed, x, ys["fixed"]),
+                         "ge2_fixed_again": caller(fixed_again, x, ys["fixed_again"])}
                 with torch.no_grad():
                     want = block(x).float()
                     for name, fn in calls.items():
                         fn()
                     torch.cuda.synchronize()
                     errors = {name: float((ys[key].float() - want).norm() / want.norm())
-                              for name, key in (("ge2_dynamic", "dyn"), ("ge2_fixed", "fixed"))}
+                              for name, key in (("ge2_dynamic", "dyn"), ("ge2_fixed", "fixed"),
+                                                ("ge2_fixed_again", "fixed_again"))}
                     eager = dict(calls, torch_eager=lambda: block(x))
                     inner = max(3, min(200, 20000 // max(m, 1)))
                     t_eager = time_contenders(eager, args.groups, inner)
                     t_graph = time_contenders({k: graphed(f) for k, f in eager.items()}, args.groups, inner)
                 row = {"mode": mode, "block": kind, "tokens": m, "errors": errors,
                        "eager_us": t_eager, "graph_us": t_graph,
-                       "fixed_kernels": [s["kernel"]["name"] for s in fixed.describe()["steps"]]}
+                       "fixed_kernels": [s["kernel"]["name"] for s in fixed.describe()["steps"]],
+                       "fixed_algos": [s["kernel"].get("algo") for s in fixed.describe()["steps"]]}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-                del fixed
+                del fixed, fixed_again
             notes[f"{mode} {kind} fixed compiles s (all M)"] = round(fixed_seconds, 3)
             # A second pass over every M allocates nothing (intermediates sized once for the bound).
             free_before = torch.cuda.mem_get_info()[0]
