@@ -24,7 +24,7 @@ device reads a 1 GiB tensor at (a sum) in the same process, measured first.
 
     python3 bench/ffn_blocks.py --out DIR [--hidden 4096] [--inter 11008 14336]
         [--tokens 1 16 512 4096] [--dtypes f16 bf16] [--blocks gelu swiglu]
-        [--residual yes no] [--compile default max-autotune]
+        [--residual yes no] [--compile default max-autotune] [--decode-ws-peer]
     python3 bench/plot_ffn.py DIR/ffn_blocks.json DIR/ffn_ratios.png     (the ratios as bars)
 
 --device cpu runs the same blocks on ge2's CPU backend and PyTorch's CPU eager with wall-clock
@@ -234,6 +234,9 @@ def main():
     parser.add_argument("--compile", nargs="*", choices=["default", "max-autotune"], default=None,
                         help="add torch.compile in these modes (slow to build; --compile alone: default)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--decode-ws-peer", action="store_true",
+                        help="add 'ge2 replay, workspace query': graph_replay compiled with "
+                             "GE2_LT_DECODE_WORKSPACE=1 in a context of its own (the decode rule's A/B)")
     args = parser.parse_args()
     args.compile = ["default"] if args.compile == [] else (args.compile or [])
     import torch  # after argparse: --help works without torch
@@ -249,6 +252,8 @@ def main():
     # A second context tunes every GEMM once at compile (GE2_TUNE_TUNE) into a database under --out.
     tuned_ctx = ge2.Context(device="cuda", tune="tune", tunedb=os.path.join(args.out, "ffn_tunedb.sqlite")) \
         if on_gpu else None
+    # The decode rule's peer: its own context, so no choice of the default context's is reused.
+    ws_ctx = ge2.Context(device="cuda", tunedb="") if on_gpu and args.decode_ws_peer else None
     sampler = ClockSampler(args.out) if on_gpu else None
     memory = memory_rates(args.groups) if on_gpu else None
     if memory:
@@ -265,7 +270,8 @@ def main():
                         compiled = {mode: torch.compile(block, dynamic=False, mode=mode) for mode in args.compile}
                         for tokens in args.tokens:
                             rows.append(run_row(args, ctx, tuned_ctx, sampler, memory, kind, residual, inter,
-                                                tokens, dtype_name, dtype, block, modules, converted, compiled))
+                                                tokens, dtype_name, dtype, block, modules, converted, compiled,
+                                                ws_ctx))
     finally:
         if sampler:
             sampler.close()
@@ -285,8 +291,22 @@ def step_kernels(plan):
             for s in plan.describe()["steps"]]
 
 
+def compiled_with_decode_workspace(graph, ctx):
+    """graph compiled for graph_replay with GE2_LT_DECODE_WORKSPACE=1 (read at each compile): cuBLASLt's
+    choice under the workspace at decode sizes too, as before the decode rule; the variable as it was after."""
+    before = os.environ.get("GE2_LT_DECODE_WORKSPACE")
+    os.environ["GE2_LT_DECODE_WORKSPACE"] = "1"
+    try:
+        return graph.compile(ctx, graph_replay=True)
+    finally:
+        if before is None:
+            os.environ.pop("GE2_LT_DECODE_WORKSPACE")
+        else:
+            os.environ["GE2_LT_DECODE_WORKSPACE"] = before
+
+
 def run_row(args, ctx, tuned_ctx, sampler, memory, kind, residual, inter, tokens, dtype_name, dtype, block,
-            modules, converted, compiled):
+            modules, converted, compiled, ws_ctx=None):
     import torch
 
     on_gpu = args.device == "cuda"
@@ -311,6 +331,12 @@ def run_row(args, ctx, tuned_ctx, sampler, memory, kind, residual, inter, tokens
             errors["ge2 graph_replay"], errors["ge2 tuned replay"] = rel(yr), rel(yt)
             contenders["ge2 graph_replay"] = lambda: replay.execute({"x": xs, "y": yr})
             contenders["ge2 tuned replay"] = lambda: tuned.execute({"x": xs, "y": yt})
+        if ws_ctx is not None:
+            replay_ws, yw = compiled_with_decode_workspace(g, ws_ctx), torch.empty_like(xs)
+            replay_ws.execute({"x": xs, "y": yw})
+            torch.cuda.synchronize()
+            errors["ge2 replay, workspace query"] = rel(yw)
+            contenders["ge2 replay, workspace query"] = lambda: replay_ws.execute({"x": xs, "y": yw})
         errors["ge2.torch module"] = rel(converted(xs))
         contenders["ge2.torch module"] = lambda: converted(xs)
         contenders["torch eager"] = lambda: block(xs)
