@@ -158,7 +158,8 @@ void launch_amax(DType dtype, const MatrixView& src, const void* src_data, unsig
                  int sm_count, cudaStream_t stream) {
   const Launch l = launch_shape(src, src_data, sm_count);
   GE2_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, sizeof(unsigned), stream));
-  with_16bit_type(dtype, [&]<typename T>(T) {
+  with_16bit_type(dtype, [&](auto element) {
+    using T = decltype(element);
     const auto* typed = static_cast<const T*>(src_data);
     if (l.vectorized) {
       amax_kernel<T, true><<<l.blocks, kThreads, 0, stream>>>(typed, l.view, amax_bits);
@@ -172,7 +173,8 @@ void launch_convert_e4m3(DType dtype, const MatrixView& src, const void* src_dat
                          std::uint8_t* dst, const unsigned* amax_bits, float* scale, int sm_count,
                          cudaStream_t stream) {
   const Launch l = launch_shape(src, src_data, sm_count);
-  with_16bit_type(dtype, [&]<typename T>(T) {
+  with_16bit_type(dtype, [&](auto element) {
+    using T = decltype(element);
     const auto* typed = static_cast<const T*>(src_data);
     auto* out = reinterpret_cast<__nv_fp8_storage_t*>(dst);
     if (l.vectorized) {
@@ -189,7 +191,8 @@ void launch_activation_amax(DType dtype, Activation act, const MatrixView& data_
                             unsigned* amax_bits, int sm_count, cudaStream_t stream) {
   const Launch l = launch_shape(data_view, data, sm_count);
   GE2_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, sizeof(unsigned), stream));
-  with_16bit_type(dtype, [&]<typename T>(T) {
+  with_16bit_type(dtype, [&](auto element) {
+    using T = decltype(element);
     auto* typed = static_cast<T*>(data);
     visit_activation(act, [&](auto functor) {
       using F = decltype(functor);
