@@ -341,7 +341,10 @@ TEST_CASE(
        {"4,n", "swizzle 4, along N"},
        {"8,h", "swizzle 8, CUTLASS's heuristic order"}}};
   int cases = 0;
-  for (const auto& [walk, described] : walks) {
+  for (const auto& entry : walks) {
+    const auto& walk =
+        entry.first;  // clang 14: no structured binding inside CHECK_MESSAGE's lambda
+    const auto& described = entry.second;
     REQUIRE(setenv("GE2_CUTLASS_TILE_WALK", walk, 1) == 0);
     for (const CutlassKernel& kernel : kCutlassKernels) {
       const auto [m, n, k, batch] = sizes[static_cast<std::size_t>(cases) % sizes.size()];
@@ -382,8 +385,10 @@ TEST_CASE(
   REQUIRE(unsetenv("GE2_CUTLASS_TILE_WALK") == 0);
   // The default walk: swizzle 2 along N unless its rounding adds more than 5% of
   // the tiles (one tile row in M, a cluster of 2, would be rounded to 4).
-  for (const auto& [m, described] : {std::pair{std::int64_t{512}, "swizzle 2, along N"},
-                                     std::pair{std::int64_t{100}, "swizzle 1, CUTLASS's"}}) {
+  for (const auto& expected : {std::pair{std::int64_t{512}, "swizzle 2, along N"},
+                               std::pair{std::int64_t{100}, "swizzle 1, CUTLASS's"}}) {
+    const std::int64_t m = expected.first;  // clang 14: no structured binding in CHECK_MESSAGE
+    const char* const described = expected.second;
     GemmCase c;
     c.dtype = GE2_DTYPE_F16;
     c.m = m;
