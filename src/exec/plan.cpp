@@ -301,7 +301,9 @@ void Plan::run(StepList& list, const ge2_binding_t* bindings, std::size_t count,
   state_.slots = slot_defaults_;
   state_.stream = stream;
   state_.steps_id = list.id;
-  std::vector<bool> bound(io_.size(), false);
+  // Kept between executions: binding a plan allocates nothing on the host.
+  std::vector<char>& bound = io_bound_;
+  bound.assign(io_.size(), 0);
   for (std::size_t i = 0; i < count; ++i) {
     const ge2_binding_t& binding = bindings[i];
     require(binding.name != nullptr, GE2_ERROR_INVALID_ARGUMENT,
@@ -315,7 +317,7 @@ void Plan::run(StepList& list, const ge2_binding_t* bindings, std::size_t count,
             "{}: argument 'bindings[{}].name' = '{}' is bound twice", function, i, binding.name);
     require(binding.data != nullptr, GE2_ERROR_INVALID_ARGUMENT,
             "{}: argument 'bindings[{}].data' for '{}' is NULL", function, i, binding.name);
-    bound[index] = true;
+    bound[index] = 1;
     state_.slots[static_cast<std::size_t>(io_[index].slot)] = binding.data;
   }
   for (std::size_t index = 0; index < io_.size(); ++index) {

@@ -147,7 +147,8 @@ class Plan {
   std::uint64_t next_list_id_ = 1;
   std::string description_;
   std::mutex mutex_;
-  ExecState state_;  // reused between executions (guarded by mutex_)
+  ExecState state_;             // reused between executions (guarded by mutex_)
+  std::vector<char> io_bound_;  // which inputs and outputs an execution bound (guarded by mutex_)
 };
 
 // Runs the passes on (a copy of) the graph, selects kernels and builds the plan.
