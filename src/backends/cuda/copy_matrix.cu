@@ -187,7 +187,6 @@ void launch_copy_matrix(DType dtype, const MatrixView& src, const void* src_data
     using T = typename decltype(row)::type;
     launch_typed<T>(p, stream);
   });
-  GE2_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace ge2::cuda

@@ -217,7 +217,6 @@ void launch_elementwise(const ElementwiseProblem& pr, const void* x, const void*
     using T = typename decltype(row)::type;
     launch_typed<T>(p, vectorise, flat, sm_count, stream);
   });
-  GE2_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace ge2::cuda

@@ -142,7 +142,6 @@ void launch_fallback_gemm(const GemmProblem& pr, const void* a, const void* b, c
     GE2_CUDA_CHECK(
         launch_dependent(true, fallback_gemm_kernel<T>, grid, dim3(kThreads), 0, stream, p));
   });
-  GE2_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace ge2::cuda

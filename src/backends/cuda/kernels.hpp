@@ -1,4 +1,6 @@
-// Launchers for ge2's own CUDA kernels. Each checks its launch. The elementwise,
+// Launchers for ge2's own CUDA kernels. Each checks its launch (the elementwise,
+// copy, fallback GEMM and cuda_skinny launchers through the error each launch
+// returns; a failure throws and clears CUDA's last error). The elementwise,
 // copy, fallback GEMM and cuda_skinny kernels launch programmatically dependent
 // on the kernel before them on the stream (dependent_launch.cuh): on Hopper the
 // launch overlaps that kernel's end (run 28, H200: about 1 us less per pass

@@ -133,7 +133,6 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
     }
     GE2_CUDA_CHECK((skinny::launch<T, LibraryConfig, kSkinnyCudaCoreMaxRows>(p, batch, stream)));
   });
-  GE2_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace ge2::cuda
