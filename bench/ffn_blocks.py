@@ -31,6 +31,7 @@ device reads a 1 GiB tensor at (a sum) in the same process, measured first.
 timing and no graph contenders: a check of this script (bindings/python/tests), not a benchmark.
 """
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -291,16 +292,18 @@ def step_kernels(plan):
             for s in plan.describe()["steps"]]
 
 
-def compiled_with_decode_workspace(graph, ctx):
-    """graph compiled for graph_replay with GE2_LT_DECODE_WORKSPACE=1 (read at each compile): cuBLASLt's
-    choice under the workspace at decode sizes too, as before the decode rule; the variable as it was after."""
+@contextlib.contextmanager
+def decode_workspace_query(on=True):
+    """Compiles inside take cuBLASLt's choice under the workspace at decode sizes too, as before the decode
+    rule (GE2_LT_DECODE_WORKSPACE=1, read at each compile); the variable as it was after. on=False: no change."""
     before = os.environ.get("GE2_LT_DECODE_WORKSPACE")
-    os.environ["GE2_LT_DECODE_WORKSPACE"] = "1"
+    if on:
+        os.environ["GE2_LT_DECODE_WORKSPACE"] = "1"
     try:
-        return graph.compile(ctx, graph_replay=True)
+        yield
     finally:
         if before is None:
-            os.environ.pop("GE2_LT_DECODE_WORKSPACE")
+            os.environ.pop("GE2_LT_DECODE_WORKSPACE", None)
         else:
             os.environ["GE2_LT_DECODE_WORKSPACE"] = before
 
@@ -332,7 +335,9 @@ def run_row(args, ctx, tuned_ctx, sampler, memory, kind, residual, inter, tokens
             contenders["ge2 graph_replay"] = lambda: replay.execute({"x": xs, "y": yr})
             contenders["ge2 tuned replay"] = lambda: tuned.execute({"x": xs, "y": yt})
         if ws_ctx is not None:
-            replay_ws, yw = compiled_with_decode_workspace(g, ws_ctx), torch.empty_like(xs)
+            with decode_workspace_query():
+                replay_ws = g.compile(ws_ctx, graph_replay=True)
+            yw = torch.empty_like(xs)
             replay_ws.execute({"x": xs, "y": yw})
             torch.cuda.synchronize()
             errors["ge2 replay, workspace query"] = rel(yw)

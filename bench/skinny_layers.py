@@ -39,7 +39,7 @@ def main():
     import torch.nn.functional as F
 
     import ge2
-    from ffn_blocks import cuda_graphed, linear_layer, time_contenders
+    from ffn_blocks import cuda_graphed, decode_workspace_query, linear_layer, time_contenders
 
     torch.manual_seed(0)
     ctx = ge2.Context(device="cuda", tunedb="")
@@ -60,14 +60,11 @@ def main():
                                           ("_lt_ws", f"lt_{dtype_name}")):
                         g = linear_layer(m, n, k, dtype_name, act)
                         try:
-                            if suffix == "_lt_ws":
-                                os.environ["GE2_LT_DECODE_WORKSPACE"] = "1"
-                            plan = g.compile(ctx_ws if suffix == "_lt_ws" else ctx, force_kernel=force)
+                            with decode_workspace_query(on=suffix == "_lt_ws"):
+                                plan = g.compile(ctx_ws if suffix == "_lt_ws" else ctx, force_kernel=force)
                         except ge2.Ge2Error as e:  # cuda_skinny refused (rows, columns): say why
                             kernels[f"ge2_{name}{suffix}"] = f"refused: {e}"
                             continue
-                        finally:
-                            os.environ.pop("GE2_LT_DECODE_WORKSPACE", None)
                         y = torch.empty(m, n, device="cuda", dtype=dtype)
                         key = f"ge2_{name}{suffix}"
                         runs[key] = lambda p=plan, y=y: p.execute({"x": x, "w": w, "b": b, "y": y})

@@ -83,3 +83,26 @@ def test_linear_layer_is_an_nn_linear_with_its_activation():
         plan.execute({"x": x, "w": w, "b": b, "y": y})
         error = np.linalg.norm(y - ref) / np.linalg.norm(ref)
         assert error < 1e-5, (act, error)
+
+
+def test_decode_workspace_query_sets_the_variable_inside_and_restores_it(monkeypatch):
+    """bench/ffn_blocks.decode_workspace_query, the decode rule's A/B switch of ffn_blocks.py and
+    skinny_layers.py: GE2_LT_DECODE_WORKSPACE=1 inside, as it was after (unset or a caller's value)."""
+    sys.path.insert(0, BENCH)
+    try:
+        from ffn_blocks import decode_workspace_query
+    finally:
+        sys.path.remove(BENCH)
+    name = "GE2_LT_DECODE_WORKSPACE"
+    monkeypatch.delenv(name, raising=False)
+    with decode_workspace_query():
+        assert os.environ[name] == "1"
+    assert name not in os.environ
+    with decode_workspace_query(on=False):
+        assert name not in os.environ
+    monkeypatch.setenv(name, "0")
+    with pytest.raises(RuntimeError):
+        with decode_workspace_query():
+            assert os.environ[name] == "1"
+            raise RuntimeError("a failed compile")
+    assert os.environ[name] == "0"
