@@ -1,7 +1,9 @@
 """FP8 (e4m3) FFN blocks: ge2 with allow_fp8 against ge2's own 16-bit plan and the
-same block built from torch._scaled_mm with the same scaling (per-tensor scales,
-weights quantized once, activations every call from their amax), PyTorch in the
-same process on the same tensors.
+same block built from torch._scaled_mm with the same scaling (row-wise: one scale
+per output channel of a weight, quantized once, and per token of an activation,
+every call), PyTorch in the same process on the same tensors. Where this PyTorch's
+_scaled_mm refuses row-wise scales for the output dtype, its contenders use
+per-tensor scales and their names say so.
 
   block: y = x + fc2(gelu(fc1(x)))   (nn.Linear modules, bias, exact-erf GELU)
 
@@ -27,28 +29,50 @@ from ffn_blocks import cuda_graphed, ge2_block, time_contenders, torch_block  # 
 E4M3_MAX = 448.0
 
 
-def quantize(t):
-    """(e4m3 copy, dequantization scale): per-tensor, as ge2 documents it (x * 448 / amax)."""
+def quantize(t, rowwise):
+    """(e4m3 copy, dequantization scales) as ge2 documents it, x * 448 / amax: per row
+    ([rows, 1] scales) or per tensor."""
     import torch
 
-    amax = t.abs().amax().float()
+    amax = (t.abs().amax(dim=-1, keepdim=True) if rowwise else t.abs().amax()).float()
     multiplier = torch.where(amax > 0, E4M3_MAX / amax, torch.ones_like(amax))
     q = (t.float() * multiplier).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-    return q, (1.0 / multiplier).reshape(())
+    return q, 1.0 / multiplier
 
 
-def scaled_mm_block(modules, dtype):
+def weight_scales(scales, rowwise):
+    """_scaled_mm's scale_b for a weight quantized per row ([N, 1] -> [1, N])."""
+    return scales.t().contiguous() if rowwise else scales
+
+
+def scaled_mm_takes_rowwise(dtype):
+    """Whether this PyTorch's torch._scaled_mm takes row-wise scales with `dtype` output."""
+    import torch
+
+    a = torch.randn(32, 32, device="cuda", dtype=dtype)
+    q, s = quantize(a, True)
+    try:
+        torch._scaled_mm(q, q.t(), scale_a=s, scale_b=weight_scales(s, True), out_dtype=dtype)
+        return True
+    except RuntimeError as e:
+        print(f"torch._scaled_mm refuses row-wise scales with {dtype} output ({e}); "
+              "its contenders use per-tensor scales", flush=True)
+        return False
+
+
+def scaled_mm_block(modules, dtype, rowwise):
     """The block from torch._scaled_mm calls: weights quantized once, activations per call."""
     import torch
     import torch.nn.functional as F
 
     fc1, fc2 = modules["fc1"], modules["fc2"]
-    w1, s1 = quantize(fc1.weight.detach())
-    w2, s2 = quantize(fc2.weight.detach())
+    w1, s1 = quantize(fc1.weight.detach(), rowwise)
+    w2, s2 = quantize(fc2.weight.detach(), rowwise)
+    s1, s2 = weight_scales(s1, rowwise), weight_scales(s2, rowwise)
     b1, b2 = fc1.bias.detach(), fc2.bias.detach()
 
     def linear(x, w, s, b):
-        xq, sx = quantize(x)
+        xq, sx = quantize(x, rowwise)
         return torch._scaled_mm(xq, w.t(), scale_a=sx, scale_b=s, bias=b, out_dtype=dtype)
 
     def block(x):
@@ -61,7 +85,7 @@ def rel(got, want):
     return ((got.float() - want).norm() / want.norm()).item()
 
 
-def gemm_rows(args, ctx, dtype):
+def gemm_rows(args, ctx, dtype, rowwise):
     import torch
 
     import ge2
@@ -75,8 +99,14 @@ def gemm_rows(args, ctx, dtype):
     fp8_plan = g.compile(ctx, allow_fp8=True)
     fp16_plan = g.compile(ctx)
     d8, d16 = torch.empty(m, n, device="cuda", dtype=dtype), torch.empty(m, n, device="cuda", dtype=dtype)
-    aq, sa = quantize(a)
-    wq, sw = quantize(w)
+    aq, sa = quantize(a, rowwise)
+    wq, sw = quantize(w, rowwise)
+    sw = weight_scales(sw, rowwise)
+    peer = "torch._scaled_mm" + ("" if rowwise else " per-tensor")
+
+    def scaled_mm_quantizing_a():
+        q, scales = quantize(a, rowwise)
+        return torch._scaled_mm(q, wq.t(), scale_a=scales, scale_b=sw, out_dtype=dtype)
     want = (a.float() @ w.float().t())
     fp8_plan.execute({"a": a, "d": d8})
     fp16_plan.execute({"a": a, "d": d16})
@@ -84,10 +114,9 @@ def gemm_rows(args, ctx, dtype):
     contenders = {
         "ge2 fp8 (quantizes A)": lambda: fp8_plan.execute({"a": a, "d": d8}),
         "ge2 fp16": lambda: fp16_plan.execute({"a": a, "d": d16}),
-        "torch._scaled_mm (pre-quantized)": lambda: torch._scaled_mm(aq, wq.t(), scale_a=sa, scale_b=sw,
-                                                                     out_dtype=dtype),
-        "torch._scaled_mm (quantizes A)": lambda: torch._scaled_mm(quantize(a)[0], wq.t(), scale_a=sa,
-                                                                   scale_b=sw, out_dtype=dtype),
+        peer + " (pre-quantized)": lambda: torch._scaled_mm(aq, wq.t(), scale_a=sa, scale_b=sw,
+                                                            out_dtype=dtype),
+        peer + " (quantizes A)": scaled_mm_quantizing_a,
         "torch.mm fp16": lambda: torch.mm(a, w.t()),
     }
     med = time_contenders(contenders, args.groups, 5)
@@ -117,12 +146,13 @@ def main():
     torch.manual_seed(0)
     dtype = torch.float16
     ctx = ge2.Context(device="cuda", tunedb="")
-    rows = [gemm_rows(args, ctx, dtype)]
+    rowwise = scaled_mm_takes_rowwise(dtype)
+    rows = [gemm_rows(args, ctx, dtype, rowwise)]
     for inter in args.inter:
         block, modules = torch_block("gelu", args.hidden, inter, dtype)
         reference = torch_block("gelu", args.hidden, inter, torch.float32)[0]
         reference.load_state_dict({k: v.float() for k, v in block.state_dict().items()})
-        fp8_torch = scaled_mm_block(modules, dtype)
+        fp8_torch = scaled_mm_block(modules, dtype, rowwise)
         for tokens in args.tokens:
             g = ge2_block("gelu", modules, tokens, args.hidden, "f16")
             fp16_plan = g.compile(ctx)
@@ -165,7 +195,9 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "fp8_blocks.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                   "ge2": ge2.library_version(), "command": "python3 bench/fp8_blocks.py " +
+                   "ge2": ge2.library_version(),
+                   "scaled_mm_scales": "row-wise" if rowwise else "per-tensor",
+                   "command": "python3 bench/fp8_blocks.py " +
                    " ".join(f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
                             for k, v in vars(args).items()),
                    "rows": rows}, f, indent=1)

@@ -14,18 +14,27 @@
 // operands rotated and on one set of operands (as a benchmark replaying one
 // call on the same tensors).
 //
+// --fp8: what tuning could gain on the FP8 rows (lt_fp8_e4m3 takes cuBLASLt's
+// heuristic choice): up to 8 of the heuristic's e4m3 algorithms with and without
+// fast accumulation, with per-tensor and with row-wise (OUTER_VEC_32F) scales,
+// on operands quantized beforehand, interleaved with the 16-bit heuristic choice
+// on the same tensors and with the step's own work (A quantized row-wise, then
+// the GEMM).
+//
 // Built on request: cmake --build build --target lt_algo_probe.
 //
-//   lt_algo_probe [--conditions] [--shapes MxNxK,...] [--dtypes f16,bf16]
+//   lt_algo_probe [--conditions | --fp8] [--shapes MxNxK,...] [--dtypes f16,bf16]
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backends/cuda/algo_config.hpp"
+#include "backends/cuda/kernels.hpp"
 #include "backends/cuda/lt_matmul.hpp"
 #include "backends/cuda/timing_rig.hpp"
 #include "linear_problem.hpp"
@@ -82,6 +91,102 @@ void compare_conditions(cublasLtHandle_t handle, const GemmProblem& problem, Ker
   }
 }
 
+// --fp8, one shape: the table rows described at the top.
+void probe_fp8(cublasLtHandle_t handle, std::int64_t m, std::int64_t n, std::int64_t k, int l2,
+               int sm_count) {
+  const GemmProblem problem = bench::linear_problem(DType::F16, m, n, k);
+  TimingRig rig(problem, l2, kWorkspaceBytes);
+  // Per input set: row-wise e4m3 copies of A [M, K] and W [N, K] (already
+  // K-contiguous, as the step writes them) and their row scales. A per-tensor
+  // algorithm reads the first scale of each.
+  const MatrixView a_view{1, m, k, 0, k, 1}, b_view{1, n, k, 0, k, 1};
+  struct Operand {
+    DeviceBuffer data, scales;
+  };
+  std::vector<Operand> a_q, b_q;
+  auto quantize = [&](const MatrixView& view, const void* src, Operand& q) {
+    launch_quantize_e4m3_rows(DType::F16, view, src, static_cast<std::uint8_t*>(q.data.data()),
+                              static_cast<float*>(q.scales.data()), sm_count, rig.stream());
+  };
+  for (int set = 0; set < rig.sets(); ++set) {
+    const LtPointers in = rig.pointers(set, rig.output());
+    a_q.push_back({DeviceBuffer(static_cast<std::size_t>(m * k)),
+                   DeviceBuffer(sizeof(float) * static_cast<std::size_t>(m))});
+    b_q.push_back({DeviceBuffer(static_cast<std::size_t>(n * k)),
+                   DeviceBuffer(sizeof(float) * static_cast<std::size_t>(n))});
+    quantize(a_view, in.a, a_q.back());
+    quantize(b_view, in.b, b_q.back());
+  }
+  if (cudaStreamSynchronize(rig.stream()) != cudaSuccess) return;
+
+  std::vector<std::string> labels;
+  std::vector<Contender> contenders;
+  LtMatmul f16(handle, problem, KernelId::LtF16);
+  const auto f16_first = f16.heuristic(1, kWorkspaceBytes, 16);
+  if (!f16_first.empty()) {
+    labels.push_back("lt_f16, heuristic");
+    contenders.push_back([&, algo = f16_first.front().algo](int set) {
+      f16.run(algo, rig.pointers(set, rig.output()), rig.workspace(), kWorkspaceBytes,
+              rig.stream());
+    });
+  }
+  const auto* stand_in = reinterpret_cast<const float*>(std::uintptr_t{256});
+  std::vector<std::unique_ptr<LtMatmul>> matmuls;
+  auto fp8_contender = [&](LtMatmul& mm, const cublasLtMatmulAlgo_t& algo, bool quantize_a) {
+    return [&, algo, quantize_a](int set) {
+      const LtPointers in = rig.pointers(set, rig.output());
+      Operand& a = a_q[static_cast<std::size_t>(set)];
+      Operand& b = b_q[static_cast<std::size_t>(set)];
+      if (quantize_a) quantize(a_view, in.a, a);
+      mm.set_scale_pointers(static_cast<const float*>(b.scales.data()),
+                            static_cast<const float*>(a.scales.data()));
+      mm.run(algo, {a.data.data(), b.data.data(), nullptr, in.bias, in.d}, rig.workspace(),
+             kWorkspaceBytes, rig.stream());
+    };
+  };
+  for (const bool outer : {false, true})
+    for (KernelId kernel : {KernelId::LtFp8E4M3, KernelId::LtFp8E4M3Fast}) {
+      auto& mm = *matmuls.emplace_back(std::make_unique<LtMatmul>(handle, problem, kernel));
+      if (outer) mm.set_scale_mode(CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
+      mm.set_scale_pointers(stand_in, stand_in + 64);
+      std::vector<cublasLtMatmulHeuristicResult_t> candidates;
+      for (std::size_t limit : {kWorkspaceBytes, std::size_t{0}}) {
+        try {
+          candidates = mm.heuristic(8, limit, 16);
+          if (limit == 0)
+            fmt::print("{}x{}x{}: {} {}: algorithms offered without workspace\n", m, n, k,
+                       kernel_name(kernel), outer ? "row-wise" : "per-tensor");
+          break;
+        } catch (const std::exception& e) {
+          fmt::print("{}x{}x{}: {} {}, workspace {} MiB: {}\n", m, n, k, kernel_name(kernel),
+                     outer ? "row-wise" : "per-tensor", limit >> 20, e.what());
+        }
+      }
+      if (candidates.empty())
+        fmt::print("{}x{}x{}: cuBLASLt offers no {} algorithm with {} scales\n", m, n, k,
+                   kernel_name(kernel), outer ? "outer-vector" : "per-tensor");
+      for (std::size_t i = 0; i < candidates.size(); ++i) {
+        const AlgoConfig c = read_algo_config(candidates[i].algo);
+        labels.push_back(
+            fmt::format("{} {} #{}: algo {} tile {} stages {} cluster {} split {} option {}",
+                        kernel_name(kernel), outer ? "row-wise" : "per-tensor", i, c.algo_id,
+                        c.tile, c.stages, c.cluster_shape, c.split_k, c.custom_option));
+        contenders.push_back(fp8_contender(mm, candidates[i].algo, false));
+      }
+      if (outer && kernel == KernelId::LtFp8E4M3Fast && !candidates.empty()) {
+        labels.push_back("the step's work: quantize A row-wise (one pass) + row-wise fast #0");
+        contenders.push_back(fp8_contender(mm, candidates.front().algo, true));
+      }
+    }
+  const std::vector<double> us = rig.interleaved_medians_us(contenders);
+  const double flop =
+      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  for (std::size_t i = 0; i < us.size(); ++i)
+    fmt::print("| {}x{}x{} | {} | {:.1f} | {:.0f} |\n", m, n, k, labels[i], us[i],
+               flop / us[i] * 1e-6);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,18 +194,21 @@ int main(int argc, char** argv) {
       "4096x11008x4096,4096x4096x11008,4096x4096x4096,16384x4096x1024,2048x4096x1024,"
       "512x11008x4096,300x4096x11008,512x1024x512,128x4096x4096,16x4096x4096";
   std::string dtypes = "f16,bf16";
-  bool conditions = false;
+  bool conditions = false, fp8 = false, shapes_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--conditions")
       conditions = true;
+    else if (flag == "--fp8")
+      fp8 = true;
     else if (flag == "--shapes" && i + 1 < argc)
-      shapes = argv[++i];
+      shapes = argv[++i], shapes_given = true;
     else if (flag == "--dtypes" && i + 1 < argc)
       dtypes = argv[++i];
     else {
       std::fprintf(
-          stderr, "usage: lt_algo_probe [--conditions] [--shapes MxNxK,...] [--dtypes f16,bf16]\n");
+          stderr,
+          "usage: lt_algo_probe [--conditions | --fp8] [--shapes MxNxK,...] [--dtypes f16,bf16]\n");
       return 2;
     }
   }
@@ -116,6 +224,17 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, device);
   fmt::print("device {}, cuBLASLt {}\n", prop.name, cublasLtGetVersion());
+  if (fp8) {
+    if (!shapes_given)
+      shapes = "8192x8192x8192,4096x11008x4096,4096x4096x11008,2048x11008x4096,16384x4096x1024";
+    fmt::print("| M×N×K | contender | µs | TFLOP/s |\n|---|---|---:|---:|\n");
+    for (const std::string& shape : bench::split_commas(shapes)) {
+      long long m = 0, n = 0, k = 0;
+      if (std::sscanf(shape.c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3) return 2;
+      probe_fp8(handle.get(), m, n, k, l2, prop.multiProcessorCount);
+    }
+    return 0;
+  }
   if (conditions) {
     fmt::print(
         "| dtype M×N×K | algorithm | configuration | rig, interleaved, rotated µs | alone, "

@@ -462,11 +462,12 @@ typedef struct ge2_compile_options {
                                on the CPU backend and inside a caller's own stream capture.
                                Default 0. (Added in 2.1; older callers' smaller struct_size
                                reads as 0.) */
-  int allow_fp8;            /* CUDA (compute capability 8.9 and later) and the CPU backend's
+  int allow_fp8;            /* CUDA (compute capability 9.0 and later) and the CPU backend's
                                emulation: an f16/bf16 GEMM whose cost model favours it runs
                                on FP8 e4m3 copies of its operands (lt_fp8_e4m3 / cpu_fp8_ref):
-                               per-tensor scales, constant weights quantized once at
-                               compile, activations every execution. Each such GEMM runs
+                               row-wise scales (one per output channel of the weight,
+                               quantized once at compile when constant; one per row of the
+                               activation, every execution). Each such GEMM runs
                                at compile beside its 16-bit kernel on 256 rows of N(0, 1)
                                inputs and keeps FP8 only if no output channel differs by
                                more than fp8_max_error; the plan text ("fp8") gives every

@@ -681,8 +681,8 @@ TEST_CASE("selector: allow_fp8 takes e4m3 where the model rates it faster, never
   s = select_gemm_kernel(weights(problem(DType::BF16, 16, 4096, 4096)), h200, fp8);
   CHECK(s.kernel != KernelId::LtFp8E4M3);
   CHECK(s.why.find("lt_fp8_e4m3_fast estimated slower") != std::string::npos);
-  // Without the policy, on f32, with K not a multiple of 16, or before compute capability 8.9: no
-  // FP8.
+  // Without the policy, on f32, with K not a multiple of 16, or before compute capability 9.0
+  // (cuBLASLt's outer-vector scales): no FP8.
   s = select_gemm_kernel(weights(problem(DType::F16, 4096, 4096, 4096)), h200, {});
   CHECK(s.kernel == KernelId::LtF16);
   CHECK(candidate(s, KernelId::LtFp8E4M3).reason.find("allow_fp8 = 0") != std::string::npos);
@@ -690,10 +690,11 @@ TEST_CASE("selector: allow_fp8 takes e4m3 where the model rates it faster, never
   CHECK(candidate(s, KernelId::LtFp8E4M3).reason == "FP8 runs f16 and bf16 GEMMs only");
   s = select_gemm_kernel(weights(problem(DType::F16, 4096, 4096, 4104)), h200, fp8);
   CHECK(candidate(s, KernelId::LtFp8E4M3).reason == "K = 4104 is not a multiple of 16");
-  DeviceInfo ampere = h200;
-  ampere.cc_major = 8;
-  s = select_gemm_kernel(weights(problem(DType::F16, 4096, 4096, 4096)), ampere, fp8);
-  CHECK(candidate(s, KernelId::LtFp8E4M3).reason.find("8.9") != std::string::npos);
+  DeviceInfo ada = h200;
+  ada.cc_major = 8;
+  ada.cc_minor = 9;
+  s = select_gemm_kernel(weights(problem(DType::F16, 4096, 4096, 4096)), ada, fp8);
+  CHECK(candidate(s, KernelId::LtFp8E4M3).reason.find("9.0") != std::string::npos);
   // Quantizing a B that is not a constant costs one more pass: the estimate says so.
   GemmProblem input_b = weights(problem(DType::F16, 4096, 4096, 4096));
   input_b.b_constant = false;
@@ -712,6 +713,26 @@ TEST_CASE("selector: allow_fp8 takes e4m3 where the model rates it faster, never
   CHECK(s.kernel == KernelId::LtFp8E4M3);
   CHECK_THROWS_AS(refuse_and_reselect(s, weights(problem(DType::F16, 64, 64, 64)), forced, "gate"),
                   Error);
+}
+
+TEST_CASE("selector: an FP8 step's scratch holds each operand's row scales, then its e4m3 rows") {
+  // Each part starts on a 256-byte boundary: 3 scales (12 bytes) and 3 x 32 e4m3
+  // bytes take 256 each; 1000 rows of scales take 4000 -> 4096 bytes.
+  CHECK(fp8_scales_bytes(3) == 256);
+  CHECK(fp8_operand_bytes(3, 32) == 512);
+  CHECK(fp8_operand_bytes(1000, 4096) == 4096 + 1000 * 4096);
+  GemmProblem p = problem(DType::F16, 3, 5, 32);
+  CHECK(fp8_scratch_bytes(p, true) == fp8_operand_bytes(3, 32));
+  CHECK(fp8_scratch_bytes(p, false) == fp8_operand_bytes(3, 32) + fp8_operand_bytes(5, 32));
+  CHECK(fp8_weight_bytes(p) == fp8_operand_bytes(5, 32));
+  // A batch folds into M: one scale per row of every batch.
+  GemmProblem batched = problem(DType::F16, 3, 5, 32);
+  batched.batch = 4;
+  batched.a.batch = 4;
+  batched.a.batch_stride = 3 * 32;
+  batched.d.batch = 4;
+  batched.d.batch_stride = 3 * 5;
+  CHECK(fp8_scratch_bytes(batched, true) == fp8_operand_bytes(12, 32));
 }
 
 TEST_CASE("selector: cuBLASLt's untuned choice at decode sizes of many columns is unsplit") {

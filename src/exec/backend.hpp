@@ -21,10 +21,6 @@ struct GemmSlots {
   // Plan-owned memory a kernel asked for: scratch (gemm_scratch_bytes) and B
   // prepared at compile (prepare_gemm_weight); -1 when the kernel needs none.
   int scratch = -1, b_prepared = -1;
-  // FP8 amax hand-off (docs/fp8.md): `amax_out` receives the amax of D after the
-  // activation (the next FP8 GEMM's A), `a_amax` holds A's amax computed so by
-  // the GEMM that produced A; each the slot of a 16-byte block, -1 when unused.
-  int amax_out = -1, a_amax = -1;
 };
 struct ElementwiseSlots {
   int x = -1, bias = -1, out = -1, y = -1;

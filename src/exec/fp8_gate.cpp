@@ -95,16 +95,20 @@ Fp8GateResult measure_fp8_error(Backend& backend, const GemmProblem& problem, Ke
   const Selection reference =
       select_gemm_kernel(p, backend.device(), reference_policy, {}, backend.gemm_kernels());
   const int has_c = p.has_c ? kC : -1, has_bias = p.has_bias ? kBias : -1;
-  SelectionPolicy fp8_policy = policy;
-  fp8_policy.forced = fp8_kernel;  // the gate measures this kernel or fails
-  Selection fp8_selection = reference;
-  fp8_selection.kernel = fp8_kernel;
-  fp8_selection.staged = false;
   std::vector<std::unique_ptr<Step>> steps;
-  steps.push_back(build(backend, p,
-                        {kA, kB, has_c, has_bias, kDFp8, pointers[kScratch] ? kScratch : -1,
-                         b_prepared ? kPrepared : -1},
-                        fp8_selection, fp8_policy));
+  // The gate measures this kernel or reports why the backend cannot build it
+  // (cuBLASLt may offer no e4m3 algorithm for a problem).
+  try {
+    steps.push_back(
+        backend.make_gemm(p,
+                          {kA, kB, has_c, has_bias, kDFp8, pointers[kScratch] ? kScratch : -1,
+                           b_prepared ? kPrepared : -1},
+                          fp8_kernel, false, TuneUse::LookupOnly));
+  } catch (const Error& error) {
+    if (error.status() != GE2_ERROR_UNSUPPORTED && error.status() != GE2_ERROR_CUBLAS) throw;
+    const double unmeasured = std::numeric_limits<double>::quiet_NaN();
+    return {unmeasured, unmeasured, rows, reference.kernel, error.what()};
+  }
   steps.push_back(build(backend, p, {kA, kB, has_c, has_bias, kDRef}, reference, reference_policy));
 
   ExecState state;
@@ -143,7 +147,7 @@ Fp8GateResult measure_fp8_error(Backend& backend, const GemmProblem& problem, Ke
   for (std::size_t j = 0; j < difference.size(); ++j)
     worst = std::max(worst, ratio(difference[j], std::max(norm[j], floor)));
   if (!std::isfinite(total_norm)) worst = std::numeric_limits<double>::infinity();
-  return {ratio(total_difference, total_norm), worst, rows, reference.kernel};
+  return {ratio(total_difference, total_norm), worst, rows, reference.kernel, ""};
 }
 
 }  // namespace ge2

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "exec/backend.hpp"
 
@@ -23,6 +24,9 @@ struct Fp8GateResult {
   double worst_channel_error = 0;
   std::int64_t rows = 0;  // calibration rows run
   KernelId reference{};   // the 16-bit kernel compared against
+  // Why the backend could not build the FP8 kernel's step for the calibration
+  // problem (nothing was measured then); empty when it ran.
+  std::string unsupported;
 };
 
 // Runs `fp8_kernel` and the policy's best non-FP8 kernel on `problem` with

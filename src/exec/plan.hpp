@@ -117,11 +117,6 @@ class Plan {
   int add_slot(void* owned_pointer, bool is_output);
   // A new slot for `buffer`, which the plan keeps.
   int add_owned_slot(std::unique_ptr<Buffer> buffer);
-  // Whether GEMM `producer`'s output is GEMM `consumer`'s A and, with the kernels
-  // `kernels` (by node id), the producer's activation pass can measure the amax
-  // the consumer's FP8 quantization needs: both on cuBLASLt FP8, the producer's
-  // activation one cuBLASLt has no epilogue for.
-  bool amax_handoff(ValueId producer, ValueId consumer, const std::vector<KernelId>& kernels) const;
 
   friend std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend, Graph graph,
                                             const CompileOptions& options);
@@ -141,7 +136,6 @@ class Plan {
   std::map<ValueId, int> b_prepared_slot_;        // GEMM node -> its B in its FP8 kernel's form
   std::map<ValueId, int> gated_prepared_slot_;    // GEMM node -> B and bias for its gated epilogue
   int scratch_slot_ = -1;                         // shared by the steps that asked for scratch
-  std::map<ValueId, int> amax_slot_;              // FP8 GEMM node -> 16 bytes for its output's amax
   std::unique_ptr<StepList> full_;                // at the bound, or the fixed shapes
   std::vector<std::unique_ptr<StepList>> lists_;  // other extents, least recently used first
   std::uint64_t next_list_id_ = 1;

@@ -1,5 +1,5 @@
-// allow_fp8 in a plan: the accuracy gate on each GEMM an FP8 kernel was chosen for,
-// the fallback of those it refuses, and the amax hand-off between FP8 GEMMs.
+// allow_fp8 in a plan: the accuracy gate on each GEMM an FP8 kernel was chosen for
+// and the fallback of those it refuses.
 #include <cmath>
 #include <optional>
 #include <set>
@@ -17,7 +17,6 @@ nlohmann::json Plan::apply_fp8_policy() {
   const auto lists = choice_lists();
   nlohmann::json layers = nlohmann::json::array();
   std::size_t scratch_bytes = 0;
-  std::vector<ValueId> fp8_gemms;  // the GEMMs that keep an FP8 row
   for (ValueId id = 0; id < graph_.size(); ++id) {
     const Node& node = graph_.node(id);
     if (!node.live || !node.is_gemm_family()) continue;
@@ -59,15 +58,17 @@ nlohmann::json Plan::apply_fp8_policy() {
       const Fp8GateResult gate =
           measure_fp8_error(backend, problem, *fp8, constant_data(node.b), constant_data(node.bias),
                             prepared ? prepared->data() : nullptr, policy);
-      const bool passed = gate.worst_channel_error <= policy.fp8_max_error;
-      auto number = [](double value) {
+      const bool passed =
+          gate.unsupported.empty() && gate.worst_channel_error <= policy.fp8_max_error;
+      auto number = [&](double value) {
+        if (!gate.unsupported.empty()) return nlohmann::json("not measured");
         return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json("not finite");
       };
       nlohmann::json layer{{"node", id},
                            {"kernel", kernel_name(*fp8)},
                            {"scales",
-                            "per-tensor (amax / 448): weights at compile, activations "
-                            "every execution"},
+                            "row-wise (amax / 448): per output channel of the weight at "
+                            "compile, per row of the activation every execution"},
                            {"calibration_rows", gate.rows},
                            {"compared_with", kernel_name(gate.reference)},
                            {"relative_error", number(gate.relative_error)},
@@ -77,31 +78,30 @@ nlohmann::json Plan::apply_fp8_policy() {
         layer["decision"] = "kept";
         kept.insert(*fp8);
       } else {
-        const std::string refusal = fmt::format(
-            "FP8 accuracy gate: relative error {:.4g} in the worst output channel "
-            "against {} exceeds max_error {:.4g} (layer {:.4g})",
-            gate.worst_channel_error, kernel_name(gate.reference), policy.fp8_max_error,
-            gate.relative_error);
+        const std::string refusal =
+            !gate.unsupported.empty()
+                ? fmt::format(
+                      "FP8 accuracy gate: the backend cannot run it on the calibration "
+                      "problem ({})",
+                      gate.unsupported)
+                : fmt::format(
+                      "FP8 accuracy gate: relative error {:.4g} in the worst output channel "
+                      "against {} exceeds max_error {:.4g} (layer {:.4g})",
+                      gate.worst_channel_error, kernel_name(gate.reference), policy.fp8_max_error,
+                      gate.relative_error);
+        if (!gate.unsupported.empty()) layer["unsupported"] = gate.unsupported;
         refused[*fp8] = refusal;
         layer["decision"] = fmt::format("fallback to {}", kernel_name(*refuse(*fp8, refusal)));
       }
       layers.push_back(layer);
     }
     if (kept.empty()) continue;
-    fp8_gemms.push_back(id);
     for (KernelId row : kept)  // the scratch at the bound: the most rows
       scratch_bytes =
           std::max(scratch_bytes, backend.gemm_scratch_bytes(row, problem, prepared != nullptr));
     if (prepared) b_prepared_slot_[id] = add_owned_slot(std::move(prepared));
   }
   if (scratch_bytes > 0) scratch_slot_ = add_owned_slot(backend.allocate(scratch_bytes));
-  // 16 bytes per FP8 GEMM for its output's amax, handed to a next FP8 GEMM (amax_handoff).
-  if (!fp8_gemms.empty()) {
-    const int block = add_owned_slot(backend.allocate(16 * fp8_gemms.size()));
-    auto* base = static_cast<unsigned char*>(slot_defaults_[static_cast<std::size_t>(block)]);
-    for (std::size_t i = 0; i < fp8_gemms.size(); ++i)
-      amax_slot_[fp8_gemms[i]] = add_slot(base + 16 * i, false);
-  }
   return {{"allow_fp8", true},
           {"max_error", policy.fp8_max_error},
           {"calibration", fmt::format("{} rows of N(0, 1) inputs; the plan's constants as "
@@ -109,16 +109,6 @@ nlohmann::json Plan::apply_fp8_policy() {
                                       kFp8CalibrationRows)},
           {"scratch_bytes", scratch_bytes},
           {"layers", layers}};
-}
-
-bool Plan::amax_handoff(ValueId producer, ValueId consumer,
-                        const std::vector<KernelId>& kernels) const {
-  const Node& p = graph_.node(producer);
-  const Node& c = graph_.node(consumer);
-  return p.live && c.live && p.is_gemm_family() && c.is_gemm_family() && c.a == producer &&
-         is_cublaslt_fp8_kernel(kernels[static_cast<std::size_t>(producer)]) &&
-         is_cublaslt_fp8_kernel(kernels[static_cast<std::size_t>(consumer)]) &&
-         activation_info(p.act).cublaslt == LtEpilogue::kNone && amax_slot_.contains(producer);
 }
 
 }  // namespace ge2

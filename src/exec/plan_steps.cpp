@@ -70,13 +70,6 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
   auto slot_for = [&](ValueId v) {
     return v == kNoValue ? -1 : slot_of_[static_cast<std::size_t>(v)];
   };
-  // Each GEMM's kernel as chosen for this list, then as its step was built; and
-  // whether its step writes its output's amax (the FP8 amax hand-off).
-  std::vector<KernelId> kernels(static_cast<std::size_t>(graph_.size()), KernelId::CpuRef);
-  for (ValueId id = 0; id < graph_.size(); ++id)
-    if (graph_.node(id).live && graph_.node(id).is_gemm_family())
-      kernels[static_cast<std::size_t>(id)] = chosen[static_cast<std::size_t>(id)].kernel;
-  std::vector<bool> writes_amax(static_cast<std::size_t>(graph_.size()), false);
   // gated_mul nodes whose multiply their GEMM's step computes.
   std::vector<bool> fused_into_gemm(static_cast<std::size_t>(graph_.size()), false);
   // The plan text is built only when asked for: steps rebuilt at a new extent and
@@ -119,14 +112,6 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
                       slot,
                       scratch_slot_,
                       prepared == b_prepared_slot_.end() ? -1 : prepared->second};
-      // The FP8 amax hand-off: this GEMM measures its output for a later FP8 GEMM
-      // that reads it as A; it reads its own A's amax only from a producer whose
-      // step was built to write it, never on a producer the backend refused.
-      for (ValueId consumer = id + 1; consumer < graph_.size(); ++consumer)
-        if (amax_handoff(id, consumer, kernels)) slots.amax_out = amax_slot_.at(id);
-      if (node.a != kNoValue && writes_amax[static_cast<std::size_t>(node.a)] &&
-          amax_handoff(node.a, id, kernels))
-        slots.a_amax = amax_slot_.at(node.a);
       std::unique_ptr<Step> step;
       // Each refusal removes one candidate, so this ends: with a step, or with
       // GE2_ERROR_UNSUPPORTED when none is left or the kernel was forced.
@@ -175,9 +160,6 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
         }
       }
       list->steps.push_back(std::move(step));
-      kernels[static_cast<std::size_t>(id)] = selection.kernel;
-      writes_amax[static_cast<std::size_t>(id)] =
-          slots.amax_out >= 0 && is_cublaslt_fp8_kernel(selection.kernel);
       note("problem", [&] { return problem_json(problem); });
       note("selection", [&] { return selection_json(selection); });
     } else {

@@ -37,7 +37,7 @@ inline constexpr int kKernelCount = 16;
 // Cutlass: ge2's own sm90a kernels (src/backends/cuda/cutlass/), one row per
 // tile configuration; they compute every activation in the epilogue.
 // CudaSkinny: ge2's own kernel for a few rows (decode), which streams the weight.
-// CublasltFp8: cuBLASLt's e4m3 GEMM behind ge2's per-tensor quantization of the
+// CublasltFp8: cuBLASLt's e4m3 GEMM behind ge2's row-wise quantization of the
 // 16-bit operands (docs/fp8.md); only under the allow_fp8 precision policy.
 enum class KernelFamily { Cublaslt, Cutlass, CudaFallback, CudaSkinny, CublasltFp8, CpuReference };
 
@@ -98,8 +98,9 @@ struct KernelInfo {
   // Above this many rows (M, a folded batch included) the same holds; 0: no limit.
   // For a kernel whose time grows with the rows faster than the model says.
   std::int64_t max_rows_untuned = 0;
-  // Quantizes f16/bf16 operands to FP8 e4m3 (per-tensor scales) and multiplies
-  // those: chosen only under allow_fp8 and kept only within its error budget.
+  // Quantizes f16/bf16 operands to FP8 e4m3 (a scale per row of A and per output
+  // channel of B) and multiplies those: chosen only under allow_fp8 and kept only
+  // within its error budget.
   bool fp8 = false;
   // Computes a gated unit's act(gate) * up in its epilogue, from the accumulator's
   // [gate | up] halves (the GEMM the gate/up concatenation made), so the plan
@@ -285,23 +286,20 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      2,
      8,
      10 << 20},
-    // The e4m3 tensor-core GEMM (sm_89 and later) on operands ge2 quantizes with
-    // per-tensor scales: about 1300 TFLOP/s for torch._scaled_mm at 8192^3 on the
-    // H200 (docs/fp8.md, run 13h); three launches (amax, quantize, matmul) at least.
+    // The e4m3 tensor-core GEMM on operands ge2 quantizes row-wise, with cuBLASLt's
+    // outer-vector scales (one per row of A, one per output channel; Hopper, sm_90):
+    // about 1300 TFLOP/s for torch._scaled_mm at 8192^3 on the H200 (docs/fp8.md,
+    // run 13h); two launches (quantize A, matmul) at least.
     {KernelId::LtFp8E4M3,
      "lt_fp8_e4m3",
      KernelFamily::CublasltFp8,
      std::nullopt,
      false,
-     89,
+     90,
      {1200.0, 18.0, 0.45, 128, 128},
      false,
      0,
      true},
-    // The same arithmetic on the host: each operand rounded to e4m3 through its
-    // per-tensor scale, then the reference loop. Rated twice cpu_ref's rate, as
-    // the device rates e4m3 against 16 bits, so allow_fp8 takes it on the CPU
-    // backend too and the policy, its gate and its fallbacks run without a GPU.
     // The same with cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM:
     // no periodic promotion of the tensor cores' partial sums to fp32): FP8 blocks
     // 1.49-1.61x the 16-bit plan with it, 1.41-1.55x without (docs/fp8.md, runs
@@ -312,11 +310,16 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      KernelFamily::CublasltFp8,
      std::nullopt,
      false,
-     89,
+     90,
      {1240.0, 18.0, 0.45, 128, 128},
      false,
      0,
      true},
+    // The same arithmetic on the host: each row of A and each output channel of B
+    // rounded to e4m3 through its own scale, then the reference loop. Rated twice
+    // cpu_ref's rate, as the device rates e4m3 against 16 bits, so allow_fp8 takes
+    // it on the CPU backend too and the policy, its gate and its fallbacks run
+    // without a GPU.
     {KernelId::CpuFp8Ref,
      "cpu_fp8_ref",
      KernelFamily::CpuReference,

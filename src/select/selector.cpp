@@ -91,10 +91,10 @@ double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& devi
   const double memory_us = p.min_bytes() / (bandwidth * 1e3 * model.bandwidth_fraction);
   double total = model.launch_us + std::max(compute_us, memory_us);
   if (is_cublaslt_fp8_kernel(kernel)) {
-    // Quantizing op(A) (and a B that is not a constant) reads it twice (amax,
-    // then convert) and writes one byte per element.
+    // Quantizing op(A) (and a B that is not a constant) reads it once (a row's
+    // second read hits the cache) and writes one byte per element.
     const double elements = static_cast<double>(p.m) * p.k + (p.b_constant ? 0.0 : 1.0 * p.k * p.n);
-    total += elements * (2.0 * dtype_size(p.dtype) + 1.0) / (bandwidth * 1e3 * 0.6);
+    total += elements * (dtype_size(p.dtype) + 1.0) / (bandwidth * 1e3 * 0.6);
     basis += ", + e4m3 quantization of " + std::string(p.b_constant ? "A" : "A and B");
   }
   const bool lt_epilogue = is_cublaslt_kernel(kernel) || is_cublaslt_fp8_kernel(kernel);
@@ -226,14 +226,21 @@ std::size_t round_up_256(double bytes) {
 }
 }  // namespace
 
+std::size_t fp8_scales_bytes(std::int64_t rows) {
+  return round_up_256(4.0 * static_cast<double>(rows));
+}
+
+std::size_t fp8_operand_bytes(std::int64_t rows, std::int64_t k) {
+  return fp8_scales_bytes(rows) + round_up_256(static_cast<double>(rows) * k);
+}
+
 std::size_t fp8_scratch_bytes(const GemmProblem& problem, bool b_prepared) {
   const GemmProblem p = fold_batch_into_m(problem);
-  return kFp8ScaleBlock + round_up_256(static_cast<double>(p.m) * p.k) +
-         (b_prepared ? 0 : round_up_256(static_cast<double>(p.n) * p.k));
+  return fp8_operand_bytes(p.m, p.k) + (b_prepared ? 0 : fp8_operand_bytes(p.n, p.k));
 }
 
 std::size_t fp8_weight_bytes(const GemmProblem& problem) {
-  return kFp8ScaleBlock + round_up_256(static_cast<double>(problem.n) * problem.k);
+  return fp8_operand_bytes(problem.n, problem.k);
 }
 
 GemmProblem with_rows(const GemmProblem& problem, std::int64_t rows) {

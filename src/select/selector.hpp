@@ -74,12 +74,15 @@ std::string gated_epilogue_problem(const GemmProblem& problem, KernelId kernel);
 // row-major C and D with 16-byte aligned rows, a contiguous bias. Empty when it
 // can, else the reason.
 std::string fp8_layout_problem(const GemmProblem& problem);
-// Device scratch an FP8 step needs: the per-tensor scales, op(A) in e4m3 and,
-// unless B is a constant quantized at compile (`b_prepared`), op(B) in e4m3.
+// An operand of an FP8 step in memory: `rows` float scales (one per row), then
+// the rows x k e4m3 copy, each part starting on a 256-byte boundary.
+std::size_t fp8_scales_bytes(std::int64_t rows);
+std::size_t fp8_operand_bytes(std::int64_t rows, std::int64_t k);
+// Device scratch an FP8 step needs: op(A) as such an operand (M rows) and, unless
+// B is a constant quantized at compile (`b_prepared`), op(B)^T (N rows) after it.
 std::size_t fp8_scratch_bytes(const GemmProblem& problem, bool b_prepared);
-// Bytes of an FP8 weight prepared at compile: its scale block, then op(B)^T, [N, K], in e4m3.
+// Bytes of an FP8 weight prepared at compile: op(B)^T, [N, K], as such an operand.
 std::size_t fp8_weight_bytes(const GemmProblem& problem);
-inline constexpr std::size_t kFp8ScaleBlock = 256;  // scales first; e4m3 data 256-byte aligned
 // The problem cut to its first `rows` rows of A, C and D (the FP8 accuracy gate's calibration).
 GemmProblem with_rows(const GemmProblem& problem, std::int64_t rows);
 

@@ -22,14 +22,20 @@ std::array<double, 127> e4m3_values() {
   return values;
 }
 
-// Per-tensor e4m3 rounding of `values` (the logical elements, row-major) as ge2
-// documents it: x * (448 / amax) in float, rounded; returns amax / 448.
-double round_tensor(std::vector<double>& values) {
-  float amax = 0.0f;
-  for (double v : values) amax = std::max(amax, static_cast<float>(std::fabs(v)));
-  const float multiplier = amax == 0.0f ? 1.0f : 448.0f / amax;
-  for (double& v : values) v = round_to_e4m3_oracle(static_cast<float>(v) * multiplier);
-  return amax == 0.0f ? 1.0 : static_cast<double>(amax) / 448.0;
+// Row-wise e4m3 rounding of a rows x cols row-major matrix as ge2 documents it:
+// each row x * (448 / amax_row) in float, rounded; returns the rows' amax / 448.
+std::vector<double> round_rows(std::vector<double>& values, std::int64_t rows, std::int64_t cols) {
+  std::vector<double> scales;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const auto first = values.begin() + i * cols, last = first + cols;
+    float amax = 0.0f;
+    for (auto v = first; v != last; ++v) amax = std::max(amax, static_cast<float>(std::fabs(*v)));
+    const float multiplier = amax == 0.0f ? 1.0f : 448.0f / amax;
+    for (auto v = first; v != last; ++v)
+      *v = round_to_e4m3_oracle(static_cast<float>(*v) * multiplier);
+    scales.push_back(amax == 0.0f ? 1.0 : static_cast<double>(amax) / 448.0);
+  }
+  return scales;
 }
 
 }  // namespace
@@ -66,6 +72,7 @@ Fp8Layer::Fp8Layer(ge2_context_t* context, const Fp8LayerCase& layer_case)
   fill_random(w, -bound, bound);
   if (c.weight_outlier != 1.0) w.set(w.offset(0, 0, 0), c.weight_outlier * bound);
   fill_random(bias, -0.5, 0.5);
+  if (c.fill_constants) c.fill_constants(w, bias);
   GraphPtr graph = make_graph();
   const HostTensor x_shape = make_tensor(c.dtype, {c.m, c.k});
   const ge2_tensor_desc_t dx = x_shape.desc(), dw = w.desc(), dbias = bias.desc();
@@ -124,12 +131,16 @@ Fp8Layer::Errors Fp8Layer::run(Memory& memory, std::int64_t rows) {
                 : ge2_plan_execute(plan.get(), bindings.data(), bindings.size(), memory.stream()));
   memory.download(y_data, y);
 
-  // fp64 layers on the original and on the e4m3-rounded operands.
+  // fp64 layers on the original and on the e4m3-rounded operands: x per row, w
+  // ([n, k]) per row, that is per output channel.
   std::vector<double> xs = dense_values(x, 0, false, rows, c.k),
                       ws = dense_values(w, 0, false, c.n, c.k);
   std::vector<double> xq = xs, wq = ws;
-  const double scale = round_tensor(xq) * round_tensor(wq);
-  auto layer = [&](const std::vector<double>& a, const std::vector<double>& b, double factor) {
+  const std::vector<double> x_scales = round_rows(xq, rows, c.k),
+                            w_scales = round_rows(wq, c.n, c.k);
+  const std::vector<double> ones(static_cast<std::size_t>(std::max(rows, c.n)), 1.0);
+  auto layer = [&](const std::vector<double>& a, const std::vector<double>& b,
+                   const std::vector<double>& a_scales, const std::vector<double>& b_scales) {
     std::vector<double> out(static_cast<std::size_t>(rows * c.n));
     for (std::int64_t i = 0; i < rows; ++i)
       for (std::int64_t j = 0; j < c.n; ++j) {
@@ -137,13 +148,16 @@ Fp8Layer::Errors Fp8Layer::run(Memory& memory, std::int64_t rows) {
         for (std::int64_t kk = 0; kk < c.k; ++kk)
           sum +=
               a[static_cast<std::size_t>(i * c.k + kk)] * b[static_cast<std::size_t>(j * c.k + kk)];
+        const double factor =
+            a_scales[static_cast<std::size_t>(i)] * b_scales[static_cast<std::size_t>(j)];
         double value = activation_ref(c.act, sum * factor + bias.get(j));
         if (c.residual) value += r.get(r.offset(0, i, j));
         out[static_cast<std::size_t>(i * c.n + j)] = value;
       }
     return out;
   };
-  return {relative_error(y, layer(xs, ws, 1.0)), relative_error(y, layer(xq, wq, scale))};
+  return {relative_error(y, layer(xs, ws, ones, ones)),
+          relative_error(y, layer(xq, wq, x_scales, w_scales))};
 }
 
 }  // namespace ge2::test

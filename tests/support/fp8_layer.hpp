@@ -1,7 +1,8 @@
 // One nn.Linear layer compiled under the FP8 precision policy, and its two
 // oracles: the fp64 layer, and the fp64 layer on operands rounded to e4m3 through
-// per-tensor scales by the test's own rounding (nearest of the format's values,
-// ties to the even code), which is what docs/fp8.md says ge2 computes.
+// row-wise scales (each row of x, each output channel of w) by the test's own
+// rounding (nearest of the format's values, ties to the even code), which is what
+// docs/fp8.md says ge2 computes.
 #pragma once
 
 #include <functional>
@@ -27,8 +28,10 @@ struct Fp8LayerCase {
   bool graph_replay = false;
   // Fills x (and r); uniform in [-1, 1) when empty.
   std::function<void(HostTensor&)> fill_x;
+  // Sets w and bias after their random fill (two layers on the same constants).
+  std::function<void(HostTensor& w, HostTensor& bias)> fill_constants;
   // w's element (0, 0) becomes this many times the others' bound: an outlier a
-  // per-tensor scale cannot hold together with the rest (1 leaves w alone).
+  // per-tensor scale could not hold together with the rest of w (1 leaves w alone).
   double weight_outlier = 1.0;
   std::string label() const;
 };

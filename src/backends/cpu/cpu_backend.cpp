@@ -25,7 +25,8 @@ class CpuGemmStep final : public Step {
     nlohmann::json j{{"name", kernel_name(kernel_)},
                      {"epilogue", problem_.gated ? "act(gate) * up, in the reference loop"
                                                  : "fused in the reference loop"}};
-    if (kernel_ == KernelId::CpuFp8Ref) j["scales"] = "per-tensor, amax / 448";
+    if (kernel_ == KernelId::CpuFp8Ref)
+      j["scales"] = "row-wise, amax / 448: one per row of A and per output channel of B";
     return j;
   }
 

@@ -72,18 +72,28 @@ void pack(const MatrixView& v, bool transposed, DType dtype, const void* base,
   });
 }
 
-// Rounds every value to e4m3 through the per-tensor scale (the device's
-// fp8_quantize.cu arithmetic): x * 448 / amax, saturating; returns amax / 448.
-float round_to_e4m3(std::vector<float>& values) {
-  float amax = 0.0f;
-  for (float v : values) {
-    const float magnitude = std::fabs(v);
-    if (std::isnan(magnitude) || magnitude > amax) amax = magnitude;
-    if (std::isnan(amax)) break;
+// Rounds a rows x cols row-major matrix to e4m3, each row (by_rows) or each
+// column through its own scale (the device's fp8_quantize.cu arithmetic):
+// x * 448 / amax, saturating; returns the scales amax / 448. A NaN makes its
+// row's (column's) amax, and so its scale, NaN.
+std::vector<float> round_to_e4m3(std::vector<float>& values, std::int64_t rows, std::int64_t cols,
+                                 bool by_rows) {
+  const std::int64_t lines = by_rows ? rows : cols, length = by_rows ? cols : rows;
+  const std::int64_t along = by_rows ? 1 : cols, across = by_rows ? cols : 1;
+  std::vector<float> scales(static_cast<std::size_t>(lines));
+  for (std::int64_t line = 0; line < lines; ++line) {
+    float* first = values.data() + line * across;
+    float amax = 0.0f;
+    for (std::int64_t i = 0; i < length && !std::isnan(amax); ++i) {
+      const float magnitude = std::fabs(first[i * along]);
+      if (std::isnan(magnitude) || magnitude > amax) amax = magnitude;
+    }
+    const float multiplier = e4m3_multiplier(amax);
+    for (std::int64_t i = 0; i < length; ++i)
+      first[i * along] = e4m3_bits_to_float(float_to_e4m3_bits(first[i * along] * multiplier));
+    scales[static_cast<std::size_t>(line)] = e4m3_scale(amax);
   }
-  const float multiplier = e4m3_multiplier(amax);
-  for (float& v : values) v = e4m3_bits_to_float(float_to_e4m3_bits(v * multiplier));
-  return e4m3_scale(amax);
+  return scales;
 }
 
 // row[j] = act(row[j]) for j < n. The activation formulas use fmaf, which the
@@ -400,11 +410,17 @@ void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c
     const RowMajor a_rows = rows_of(p.a, p.trans_a, p.dtype, a, batch, fp8, packed_a);
     const RowMajor b_rows =
         b_in_place_nk ? RowMajor{} : rows_of(p.b, p.trans_b, p.dtype, b, batch, fp8, packed_b);
-    const float scale = fp8 ? round_to_e4m3(packed_a) * round_to_e4m3(packed_b) : 1.0f;
+    // FP8: op(A) [M, K] per row, op(B) [K, N] per output column.
+    const std::vector<float> a_scales =
+        fp8 ? round_to_e4m3(packed_a, p.m, p.k, true) : std::vector<float>{};
+    const std::vector<float> b_scales =
+        fp8 ? round_to_e4m3(packed_b, p.k, p.n, false) : std::vector<float>{};
     auto finish_row = [&](std::int64_t i, float* row) {
       for (std::int64_t j = 0; j < p.n; ++j) {
         float& value = row[j];
-        value *= p.alpha * scale;
+        value *= fp8 ? p.alpha * (a_scales[static_cast<std::size_t>(i)] *
+                                  b_scales[static_cast<std::size_t>(j)])
+                     : p.alpha;
         if (p.has_c)
           value += p.beta * load_as_float(
                                 c, p.dtype,
@@ -447,7 +463,7 @@ void gemm(const GemmProblem& p, const void* a, const void* b, const void* c, con
 
 void gemm_fp8(const GemmProblem& p, const void* a, const void* b, const void* c, const void* bias,
               void* d, unsigned threads) {
-  // One scale per tensor: a batch that folds into M is one tensor, as on the device.
+  // A batch that folds into M is one matrix, as on the device.
   const GemmProblem folded = fold_batch_into_m(p);
   require(folded.batch == 1, GE2_ERROR_UNSUPPORTED, "cpu_fp8_ref: {}", fp8_layout_problem(p));
   gemm_impl(folded, a, b, c, bias, d, true, threads);

@@ -15,9 +15,10 @@ unsigned default_gemm_threads();
 void gemm(const GemmProblem& problem, const void* a, const void* b, const void* c, const void* bias,
           void* d, unsigned threads);
 
-// cpu_fp8_ref: op(A) and op(B) each rounded to FP8 e4m3 through one per-tensor
-// scale (amax / 448), then the same loop in f32 with the scales multiplied back:
-// what lt_fp8_e4m3 computes, up to the order of its fp32 sums. One batch, after
+// cpu_fp8_ref: each row of op(A) and each column (output channel) of op(B)
+// rounded to FP8 e4m3 through its own scale (amax / 448), then the same loop in
+// f32 with the scales multiplied back (D[i, j] by scale_a[i] * scale_b[j]): what
+// lt_fp8_e4m3 computes, up to the order of its fp32 sums. One batch, after
 // folding it into M.
 void gemm_fp8(const GemmProblem& problem, const void* a, const void* b, const void* c,
               const void* bias, void* d, unsigned threads);

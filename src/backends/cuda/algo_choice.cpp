@@ -41,14 +41,17 @@ AlgoChooser::AlgoChooser(cublasLtHandle_t handle, const DeviceInfo& device, ge2_
 
 AlgoChooser::~AlgoChooser() = default;
 
-AlgoChoice AlgoChooser::heuristic(const LtMatmul& matmul, std::uint32_t alignment) const {
-  const auto first = matmul.first_choice(workspace_bytes_, alignment);
+AlgoChoice AlgoChooser::heuristic(const LtMatmul& matmul, std::uint32_t alignment,
+                                  bool without_workspace) const {
+  const auto first = matmul.first_choice(without_workspace ? 0 : workspace_bytes_, alignment);
   require(first.has_value(), GE2_ERROR_CUBLAS, "cuBLASLt offers no algorithm for GEMM {} ({}, {})",
           matmul.problem(), dtype_name(matmul.problem().dtype), kernel_name(matmul.kernel()));
   std::string source = alignment >= 16
                            ? "heuristic"
                            : fmt::format("heuristic for {}-byte-aligned pointers", alignment);
-  if (first->without_workspace)
+  if (without_workspace)
+    source += ", without workspace";
+  else if (first->without_workspace)
     source += fmt::format(", without workspace ({} rows or fewer, {} columns or more)",
                           kernel_info(matmul.kernel()).unsplit_max_rows_untuned,
                           kernel_info(matmul.kernel()).unsplit_min_columns_untuned);

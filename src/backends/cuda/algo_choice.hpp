@@ -59,8 +59,10 @@ class AlgoChooser {
   AlgoChoice choose(LtMatmul& matmul, TuneUse tune = TuneUse::AsContext) {
     return choose(matmul, tune, nullptr);
   }
-  // cuBLASLt's first choice for pointers aligned to `alignment` bytes.
-  AlgoChoice heuristic(const LtMatmul& matmul, std::uint32_t alignment) const;
+  // cuBLASLt's first choice for pointers aligned to `alignment` bytes, under the
+  // context's workspace, or under none with `without_workspace`.
+  AlgoChoice heuristic(const LtMatmul& matmul, std::uint32_t alignment,
+                       bool without_workspace = false) const;
   MeasuredTime measured_times();
   nlohmann::json describe() const;
   int sm_count() const { return device_.sm_count; }

@@ -62,15 +62,15 @@ std::unique_ptr<FamilyTimer> make_skinny_timer(const DeviceInfo& device);
 // blocks resident (skinny_tensor_core_blocks_per_sm).
 SkinnyLaunch skinny_launch(const GemmProblem& folded, const DeviceInfo& device,
                            int tensor_core_blocks_per_sm);
-// lt_fp8_e4m3 and lt_fp8_e4m3_fast (docs/fp8.md): per-tensor e4m3 quantization of op(A) (and of
-// op(B) unless GemmSlots::b_prepared holds prepare_fp8_weight's copy) into the scratch slot, then
-// cuBLASLt's e4m3 GEMM; `unaligned_fallback` runs executions whose C, bias or D pointer is not
-// 16-byte aligned.
+// lt_fp8_e4m3 and lt_fp8_e4m3_fast (docs/fp8.md): row-wise e4m3 quantization of op(A) (and of
+// op(B)^T unless GemmSlots::b_prepared holds prepare_fp8_weight's copy) into the scratch slot,
+// then cuBLASLt's e4m3 GEMM with outer-vector scales; `unaligned_fallback` runs executions whose
+// C, bias or D pointer is not 16-byte aligned.
 std::unique_ptr<Step> make_fp8_gemm_step(cublasLtHandle_t handle, const GemmProblem& problem,
                                          KernelId kernel, const GemmSlots& slots,
                                          AlgoChooser& chooser, int sm_count,
                                          std::unique_ptr<Step> unaligned_fallback);
-// Writes the e4m3 copy of the constant op(B) and its scale into `prepared`
+// Writes the e4m3 copy of the constant op(B)^T and its channel scales into `prepared`
 // (fp8_weight_bytes(problem) bytes), synchronously.
 void prepare_fp8_weight(const GemmProblem& problem, const void* b, void* prepared, int sm_count);
 // cuda_f32: any dtype, layout and epilogue.

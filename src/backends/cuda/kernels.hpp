@@ -39,28 +39,15 @@ void launch_copy_matrix(DType dtype, const MatrixView& src, const void* src_data
                         const MatrixView& dst, void* dst_data, cudaStream_t stream,
                         Activation act = Activation::None);
 
-// Per-tensor FP8 e4m3 quantization (lt_fp8_e4m3): dst, a dense row-major
-// src.rows x src.cols copy, gets e4m3(src(i, j) * 448 / amax) rounded to nearest
-// even and saturated at +-448; *scale gets amax / 448 (1 for an all-zero src),
-// the factor cuBLASLt multiplies back. amax_bits: 4 bytes of device scratch. A
-// memset and two launches on `stream`, no host synchronization (capturable).
-void launch_quantize_e4m3(DType dtype, const MatrixView& src, const void* src_data,
-                          std::uint8_t* dst, unsigned* amax_bits, float* scale, int sm_count,
-                          cudaStream_t stream);
-
-// Its two halves: amax of src into amax_bits (a memset and one launch), and the
-// conversion with an amax computed before (by launch_amax or a producer's
-// launch_activation_amax).
-void launch_amax(DType dtype, const MatrixView& src, const void* src_data, unsigned* amax_bits,
-                 int sm_count, cudaStream_t stream);
-void launch_convert_e4m3(DType dtype, const MatrixView& src, const void* src_data,
-                         std::uint8_t* dst, const unsigned* amax_bits, float* scale, int sm_count,
-                         cudaStream_t stream);
-// data = act(data) in place (rows x cols of `view`) and amax of the result into
-// amax_bits: an FP8 GEMM's separate activation pass that also measures the next
-// FP8 GEMM's A.
-void launch_activation_amax(DType dtype, Activation act, const MatrixView& view, void* data,
-                            unsigned* amax_bits, int sm_count, cudaStream_t stream);
+// Row-wise FP8 e4m3 quantization (lt_fp8_e4m3): dst, a dense row-major
+// src.rows x src.cols copy, gets e4m3(src(i, j) * 448 / amax_i) rounded to nearest
+// even and saturated at +-448, where amax_i = max_j |src(i, j)|; row_scales[i]
+// gets amax_i / 448 (1 for an all-zero row, NaN for a row holding a NaN), the
+// factor cuBLASLt multiplies back (its outer-vector scale mode). One launch on
+// `stream`, no host synchronization (capturable).
+void launch_quantize_e4m3_rows(DType dtype, const MatrixView& src, const void* src_data,
+                               std::uint8_t* dst, float* row_scales, int sm_count,
+                               cudaStream_t stream);
 
 // Tiles of the fallback kernel, exported for the plan text.
 inline constexpr int kFallbackTileM = 64, kFallbackTileN = 64, kFallbackTileK = 16;

@@ -199,6 +199,12 @@ void LtMatmul::set_scale_pointers(const float* first, const float* second) {
   }
 }
 
+void LtMatmul::set_scale_mode(cublasLtMatmulMatrixScale_t mode) {
+  const auto value = static_cast<std::int32_t>(mode);
+  for (auto attribute : {CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_DESC_B_SCALE_MODE})
+    GE2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_.get(), attribute, &value, sizeof(value)));
+}
+
 void LtMatmul::run(const cublasLtMatmulAlgo_t& algo, const LtPointers& ptr, void* workspace,
                    std::size_t workspace_bytes, cudaStream_t stream) {
   if (problem_.has_bias) {

@@ -56,6 +56,11 @@ class LtMatmul {
   // lt_fp8_e4m3: device pointers to the dequantization scales of cuBLASLt's first
   // operand (ge2's B) and second (ge2's A); set before run() when they change.
   void set_scale_pointers(const float* first, const float* second);
+  // How cuBLASLt reads both operands' scales: one float each (the default, what
+  // lt_fp8_e4m3 runs) or CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, one float
+  // per row of each operand (N for the first, M for the second). Set before
+  // heuristic(): the algorithms depend on it.
+  void set_scale_mode(cublasLtMatmulMatrixScale_t mode);
 
   // The activation runs in a separate kernel (cuBLASLt has no erf-GELU epilogue).
   bool needs_separate_activation() const { return separate_activation_; }
