@@ -30,21 +30,16 @@ struct QuantizeView {
   long long rows, cols, row_stride, col_stride;
 };
 
-// The 8 16-bit elements of a 16-byte load as floats.
-template <typename T>
-__device__ __forceinline__ void unpack(const uint4& raw, float (&values)[kVector]) {
-  const T* elements = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < kVector; ++i) values[i] = to_float(elements[i]);
-}
-
 // Elements [col, col + count) of one row as floats: a 16-byte load of 8
 // consecutive elements where the view allows it, else one strided element.
 template <typename T, bool kVectorized>
 __device__ __forceinline__ int load_group(const T* row, const QuantizeView& v, long long col,
                                           float (&values)[kVector]) {
   if constexpr (kVectorized) {
-    unpack<T>(*reinterpret_cast<const uint4*>(row + col), values);
+    const uint4 raw = *reinterpret_cast<const uint4*>(row + col);
+    const T* elements = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kVector; ++i) values[i] = to_float(elements[i]);
     return kVector;
   } else {
     values[0] = to_float(row[col * v.col_stride]);
@@ -52,16 +47,14 @@ __device__ __forceinline__ int load_group(const T* row, const QuantizeView& v, l
   }
 }
 
-// The e4m3 bytes of 8 consecutive values, two per conversion instruction: one
-// 8-byte store of the dense copy (the first value in the lowest byte).
+// The e4m3 bytes of 8 consecutive values: one 8-byte store of the dense copy.
 __device__ __forceinline__ std::uint64_t pack_e4m3(const float (&values)[kVector],
                                                    float multiplier) {
   std::uint64_t packed = 0;
 #pragma unroll
-  for (int i = 0; i < kVector; i += 2)
-    packed |= static_cast<std::uint64_t>(__nv_cvt_float2_to_fp8x2(
-                  make_float2(values[i] * multiplier, values[i + 1] * multiplier), __NV_SATFINITE,
-                  __NV_E4M3))
+  for (int i = 0; i < kVector; ++i)
+    packed |= static_cast<std::uint64_t>(
+                  __nv_cvt_float_to_fp8(values[i] * multiplier, __NV_SATFINITE, __NV_E4M3))
               << (8 * i);
   return packed;
 }
@@ -81,30 +74,26 @@ __device__ __forceinline__ unsigned block_amax(unsigned local,
 }
 
 // Rows of at most kThreads * kVector * kGroups 16-bit elements, 16-byte aligned:
-// each thread keeps its kGroups 16-byte loads in registers (as loaded: 4 words
-// each) between the amax and the conversion, so a row is read once and all its
-// loads are in flight together.
+// each thread keeps its kGroups groups of 8 in registers between the amax and the
+// conversion, so a row is read once and all its loads are in flight together.
 template <typename T, int kGroups>
-__global__ void __launch_bounds__(kThreads, 4)  // at most 64 registers: 4 blocks per SM
+__global__ void __launch_bounds__(kThreads)
     quantize_short_rows_kernel(const T* __restrict__ src, QuantizeView v,
                                __nv_fp8_storage_t* __restrict__ dst, float* __restrict__ scales) {
   wait_for_producer();
   __shared__ unsigned warp_amax[kThreads / 32];
   for (long long r = blockIdx.x; r < v.rows; r += gridDim.x) {
     const T* row = src + r * v.row_stride;
-    uint4 raw[kGroups];
+    float values[kGroups][kVector];
     unsigned local = 0;
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
       const long long col = (static_cast<long long>(g) * kThreads + threadIdx.x) * kVector;
-      raw[g] = col < v.cols ? *reinterpret_cast<const uint4*>(row + col) : uint4{0, 0, 0, 0};
-    }
+      if (col < v.cols) {
+        load_group<T, true>(row, v, col, values[g]);
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g) {
-      float values[kVector];
-      unpack<T>(raw[g], values);
-#pragma unroll
-      for (int i = 0; i < kVector; ++i) local = max(local, __float_as_uint(fabsf(values[i])));
+        for (int i = 0; i < kVector; ++i) local = max(local, __float_as_uint(fabsf(values[g][i])));
+      }
     }
     const float amax = __uint_as_float(block_amax(local, warp_amax));
     const float multiplier = e4m3_multiplier(amax);
@@ -113,11 +102,8 @@ __global__ void __launch_bounds__(kThreads, 4)  // at most 64 registers: 4 block
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
       const long long col = (static_cast<long long>(g) * kThreads + threadIdx.x) * kVector;
-      if (col < v.cols) {
-        float values[kVector];
-        unpack<T>(raw[g], values);
-        *reinterpret_cast<std::uint64_t*>(out + col) = pack_e4m3(values, multiplier);
-      }
+      if (col < v.cols)
+        *reinterpret_cast<std::uint64_t*>(out + col) = pack_e4m3(values[g], multiplier);
     }
   }
 }
