@@ -400,3 +400,34 @@ def test_allow_fp8_runs_e4m3_within_its_measured_error_and_falls_back_past_it(cp
         _fp8_layer(cpu, w, fp8_max_error=0.0)
     with pytest.raises(TypeError):
         _fp8_layer(cpu, w, fp8_max_error="tight")
+
+
+def test_fp8_nan_stays_in_its_row_and_a_nan_weight_falls_back(cpu):
+    """Row-wise scales: a NaN in one token makes that row of y NaN and every other row keeps its
+    e4m3 accuracy; a NaN in a constant weight fails the gate (not finite), so the layer runs 16
+    bits, NaN in that channel only (docs/fp8.md)."""
+    rng = np.random.default_rng()
+    w = (rng.uniform(-1, 1, (24, 64)) / 8).astype(np.float16)
+    x = rng.standard_normal((33, 64)).astype(np.float16)
+    x[3, 17] = np.nan
+    plan = _fp8_layer(cpu, w)
+    assert plan.describe()["fp8"]["layers"][0]["decision"] == "kept"
+    y = np.zeros((33, 24), np.float16)
+    plan.execute({"x": x, "y": y})
+    assert np.isnan(y[3]).all()
+    others = np.delete(np.arange(33), 3)
+    want = gelu_erf(x[others].astype(np.float64) @ w.astype(np.float64).T)
+    assert np.isfinite(y[others]).all() and rel_error(y[others], want) <= 0.06
+
+    w_nan = w.copy()
+    w_nan[5, 40] = np.nan
+    x[3, 17] = 0.5
+    plan = _fp8_layer(cpu, w_nan, fp8_max_error=1.0)
+    layer = plan.describe()["fp8"]["layers"][0]
+    assert layer["decision"] == "fallback to cpu_ref" and layer["worst_channel_error"] == "not finite"
+    y[:] = 0
+    plan.execute({"x": x, "y": y})
+    assert np.isnan(y[:, 5]).all()
+    keep = np.delete(np.arange(24), 5)
+    want = gelu_erf(x.astype(np.float64) @ w.astype(np.float64).T)[:, keep]
+    assert np.isfinite(y[:, keep]).all() and rel_error(y[:, keep], want) <= 2e-3
