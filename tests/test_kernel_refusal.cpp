@@ -18,8 +18,9 @@ using namespace ge2;
 
 namespace {
 
-// Poses as a Hopper GPU offering lt_f16 and cuda_f32; refuses lt_f16 as a
-// cuBLASLt without an algorithm would, and runs cuda_f32 on the CPU reference.
+// Poses as a Hopper GPU offering `offered` (lt_f16 and cuda_f32 unless a test
+// says otherwise); refuses `refused` as a cuBLASLt without an algorithm would,
+// and runs every other kernel on the CPU reference (the FP8 rows on cpu_fp8_ref).
 class RefusingBackend final : public Backend {
  public:
   RefusingBackend() {
@@ -31,17 +32,16 @@ class RefusingBackend final : public Backend {
   ge2_device_kind_t kind() const override { return GE2_DEVICE_CPU; }
   const DeviceInfo& device() const override { return device_; }
   nlohmann::json describe() const override { return {{"kind", "refusing"}}; }
-  std::span<const KernelId> gemm_kernels() const override {
-    static constexpr KernelId kOffered[] = {KernelId::LtF16, KernelId::CudaF32};
-    return kOffered;
-  }
+  std::span<const KernelId> gemm_kernels() const override { return offered; }
   std::unique_ptr<Step> make_gemm(const GemmProblem& problem, const GemmSlots& slots,
                                   KernelId kernel, bool staged, TuneUse tune) override {
     ++attempts;
     tunes.push_back(tune);
-    require(kernel != KernelId::LtF16 || problem.m >= lt_rows_from, GE2_ERROR_UNSUPPORTED,
+    require(kernel != refused || problem.m >= lt_rows_from, GE2_ERROR_UNSUPPORTED,
             "cuBLASLt has no algorithm for this problem (test)");
-    return cpu_->make_gemm(problem, slots, KernelId::CpuRef, staged, tune);
+    return cpu_->make_gemm(problem, slots,
+                           is_fp8_kernel(kernel) ? KernelId::CpuFp8Ref : KernelId::CpuRef, staged,
+                           tune);
   }
   std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                          const ElementwiseSlots& slots) override {
@@ -60,8 +60,10 @@ class RefusingBackend final : public Backend {
     cpu_->execute(steps, state, io_bytes, io_is_output);
   }
   int attempts = 0;
-  std::vector<TuneUse> tunes;                                            // of every make_gemm call
-  std::int64_t lt_rows_from = std::numeric_limits<std::int64_t>::max();  // lt_f16 runs M >= this
+  std::vector<TuneUse> tunes;  // of every make_gemm call
+  std::vector<KernelId> offered{KernelId::LtF16, KernelId::CudaF32};
+  KernelId refused = KernelId::LtF16;
+  std::int64_t lt_rows_from = std::numeric_limits<std::int64_t>::max();  // `refused` runs M >= this
 
  private:
   DeviceInfo device_;
@@ -183,4 +185,40 @@ TEST_CASE("a dynamic plan's step list built at an execution gives way to the nex
                        doctest::Contains("kernel 'lt_f16' was forced but cannot run GEMM 3x16x32"),
                        Error);
   CHECK(std::isnan(half_bits_to_float(d[0])));
+}
+
+TEST_CASE("an FP8 row the backend cannot build for the gate is refused with its reason") {
+  // cuBLASLt may offer no e4m3 algorithm for the gate's calibration problem: the
+  // gate records why and the next candidate (fp32 accumulation) is gated instead;
+  // forced, the compile fails naming the kernel and the backend's reason.
+  auto backend = std::make_shared<RefusingBackend>();
+  backend->offered = {KernelId::LtFp8E4M3Fast, KernelId::LtFp8E4M3, KernelId::LtF16};
+  backend->refused = KernelId::LtFp8E4M3Fast;
+  Graph g;
+  Node d;
+  d.kind = OpKind::Gemm;
+  // Large enough for the model to rate FP8 faster (the gate runs 256 rows of it).
+  d.a = test::add_input(g, "a", TensorType::dense(DType::F16, 2, {4096, 1024, 0}));
+  d.b = test::add_input(g, "b", TensorType::dense(DType::F16, 2, {1024, 8192, 0}));
+  g.add_output({test::add_node(g, d), "d", std::nullopt});
+  CompileOptions options;
+  options.policy.allow_fp8 = true;
+  const auto plan = compile_plan(backend, g, options);
+  const auto text = nlohmann::json::parse(plan->description());
+  const auto layers = text["fp8"]["layers"];
+  REQUIRE(layers.size() == 2);
+  CHECK(layers[0]["kernel"] == "lt_fp8_e4m3_fast");
+  CHECK(layers[0]["decision"] == "fallback to lt_fp8_e4m3");
+  CHECK(layers[0]["relative_error"] == "not measured");
+  CHECK(layers[0]["unsupported"].get<std::string>().find("cuBLASLt has no algorithm") !=
+        std::string::npos);
+  CHECK(layers[1]["kernel"] == "lt_fp8_e4m3");
+  CHECK(layers[1]["decision"] == "kept");
+  CHECK(layers[1]["relative_error"].get<double>() > 1e-3);  // e4m3 really ran
+  CHECK(text["steps"][0]["selection"]["kernel"] == "lt_fp8_e4m3");
+
+  options.policy.forced = KernelId::LtFp8E4M3Fast;
+  CHECK_THROWS_WITH_AS(
+      (void)compile_plan(backend, g, options),
+      doctest::Contains("kernel 'lt_fp8_e4m3_fast' was forced but cannot run GEMM"), Error);
 }
