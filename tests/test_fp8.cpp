@@ -80,14 +80,16 @@ TEST_CASE("fp8: allow_fp8 on the CPU backend runs cpu_fp8_ref, its error measure
     for (ge2_activation_t act :
          {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_SILU, GE2_ACT_QUICK_GELU})
       for (bool residual : {false, true})
-        for (bool weight_input : {false, true}) {
+        for (int weight = 0; weight < 4; ++weight) {
+          // Constant or input; nn.Linear's [n, k] or [k, n] (op(B)^T strided).
           Fp8LayerCase c{.dtype = dtype,
                          .m = 37,
                          .n = 24,
                          .k = 64,
                          .act = act,
                          .residual = residual,
-                         .weight_input = weight_input};
+                         .weight_input = weight % 2 == 1,
+                         .nn_linear_weight = weight < 2};
           Fp8Layer layer(context.get(), c);
           INFO(c.label());
           CHECK(gemm_kernel(layer) == "cpu_fp8_ref");

@@ -83,6 +83,31 @@ TEST_CASE("gpu fp8: lt_fp8_e4m3 layers against fp64 and the e4m3 oracle") {
   MESSAGE("fp8 layers run: " << runs);
 }
 
+TEST_CASE("gpu fp8: weights in [k, n] (op(B)^T read strided by the quantizer)") {
+  if (skip_without_fp8()) return;
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  for (const char* kernel : {"lt_fp8_e4m3_fast", "lt_fp8_e4m3"})
+    for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
+      for (bool weight_input : {false, true})
+        for (std::int64_t m : {17, 256}) {
+          Fp8LayerCase c{.dtype = dtype,
+                         .m = m,
+                         .n = 200,
+                         .k = 48,
+                         .act = GE2_ACT_GELU_ERF,
+                         .weight_input = weight_input,
+                         .nn_linear_weight = false,
+                         .force_kernel = kernel};
+          INFO(c.label());
+          Fp8Layer layer(context.get(), c);
+          CHECK(step_kernel(layer) == kernel);
+          const Fp8Layer::Errors errors = layer.run(memory, c.m);
+          CHECK(errors.vs_e4m3_reference <= tolerance(dtype));
+          CHECK(errors.vs_fp64 <= kFp8Bound);
+        }
+}
+
 TEST_CASE("gpu fp8: a layer cuBLASLt answers only without workspace runs on FP8 all the same") {
   if (skip_without_fp8()) return;
   auto context = make_context(GE2_DEVICE_CUDA);

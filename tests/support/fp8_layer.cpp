@@ -59,14 +59,17 @@ double round_to_e4m3_oracle(double value) {
 std::string Fp8LayerCase::label() const {
   static const char* dtypes[] = {"?", "f16", "bf16", "f32"};
   return fmt::format(
-      "fp8 layer {} {}x{}x{} act={} residual={} weight_input={} dynamic={} "
+      "fp8 layer {} {}x{}x{} act={} residual={} weight_input={} w={} dynamic={} "
       "allow_fp8={} max_error={} outlier={} replay={}",
-      dtypes[dtype], m, n, k, static_cast<int>(act), residual, weight_input, dynamic, allow_fp8,
-      max_error, weight_outlier, graph_replay);
+      dtypes[dtype], m, n, k, static_cast<int>(act), residual, weight_input,
+      nn_linear_weight ? "[n, k]" : "[k, n]", dynamic, allow_fp8, max_error, weight_outlier,
+      graph_replay);
 }
 
 Fp8Layer::Fp8Layer(ge2_context_t* context, const Fp8LayerCase& layer_case)
-    : c(layer_case), w(make_tensor(c.dtype, {c.n, c.k})), bias(make_tensor(c.dtype, {c.n})) {
+    : c(layer_case),
+      w(c.nn_linear_weight ? make_tensor(c.dtype, {c.n, c.k}) : make_tensor(c.dtype, {c.k, c.n})),
+      bias(make_tensor(c.dtype, {c.n})) {
   INFO(c.label());
   const double bound = 1.0 / std::sqrt(static_cast<double>(c.k));
   fill_random(w, -bound, bound);
@@ -84,7 +87,7 @@ Fp8Layer::Fp8Layer(ge2_context_t* context, const Fp8LayerCase& layer_case)
   GE2_CHECK(ge2_graph_add_constant(graph.get(), "bias", &dbias, bias.data(), &vbias));
   ge2_gemm_attrs_t attrs;
   GE2_CHECK(ge2_gemm_attrs_init(&attrs));
-  attrs.trans_b = 1;
+  attrs.trans_b = c.nn_linear_weight ? 1 : 0;
   GE2_CHECK(ge2_graph_add_gemm_bias_act(graph.get(), vx, vw, vbias, &attrs, c.act, &vy));
   if (c.residual) {
     const HostTensor r_shape = make_tensor(c.dtype, {c.m, c.n});
@@ -134,7 +137,7 @@ Fp8Layer::Errors Fp8Layer::run(Memory& memory, std::int64_t rows) {
   // fp64 layers on the original and on the e4m3-rounded operands: x per row, w
   // ([n, k]) per row, that is per output channel.
   std::vector<double> xs = dense_values(x, 0, false, rows, c.k),
-                      ws = dense_values(w, 0, false, c.n, c.k);
+                      ws = dense_values(w, 0, !c.nn_linear_weight, c.n, c.k);
   std::vector<double> xq = xs, wq = ws;
   const std::vector<double> x_scales = round_rows(xq, rows, c.k),
                             w_scales = round_rows(wq, c.n, c.k);

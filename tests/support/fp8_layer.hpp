@@ -14,13 +14,15 @@
 namespace ge2::test {
 
 // x [m, k] (an input, dynamic up to m when `dynamic`), w [n, k] (a constant unless
-// `weight_input`), bias [n] constant; y = act(x wᵀ + bias) (+ r, an input [m, n]).
+// `weight_input`; [k, n] and not transposed unless `nn_linear_weight`), bias [n]
+// constant; y = act(x wᵀ + bias) (+ r, an input [m, n]).
 struct Fp8LayerCase {
   ge2_dtype_t dtype = GE2_DTYPE_F16;
   std::int64_t m = 8, n = 16, k = 32;
   ge2_activation_t act = GE2_ACT_NONE;
   bool residual = false;
   bool weight_input = false;
+  bool nn_linear_weight = true;
   bool dynamic = false;
   bool allow_fp8 = true;
   float max_error = 0.1f;
