@@ -26,9 +26,10 @@ float bf16_bits_to_float(std::uint16_t bits);
 inline constexpr float kE4M3Max = 448.0f;
 std::uint8_t float_to_e4m3_bits(float value);
 float e4m3_bits_to_float(std::uint8_t bits);
-// Per-tensor e4m3 scaling, host and device: x is stored as e4m3(x * multiplier) and
-// read back times the scale. An all-zero tensor (amax 0) uses 1; a NaN amax makes
-// both NaN, so the whole product is NaN, as the 16-bit GEMM would spread it.
+// e4m3 scaling of one row (lt_fp8_e4m3 scales each row of A and each output
+// channel of B), host and device: x is stored as e4m3(x * multiplier) and read back
+// times the scale. An all-zero row (amax 0) uses 1; a NaN amax makes both NaN, so
+// that row of the product is NaN, as the 16-bit GEMM would spread it.
 GE2_HOST_DEVICE float e4m3_multiplier(float amax) { return amax == 0.0f ? 1.0f : kE4M3Max / amax; }
 GE2_HOST_DEVICE float e4m3_scale(float amax) { return amax == 0.0f ? 1.0f : amax / kE4M3Max; }
 

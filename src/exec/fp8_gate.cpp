@@ -119,8 +119,8 @@ Fp8GateResult measure_fp8_error(Backend& backend, const GemmProblem& problem, Ke
   const auto fp8 = read_back(backend, *d_fp8, d_bytes);
   const auto ref = read_back(backend, *d_ref, d_bytes);
 
-  // Per output channel (column of D): a per-tensor scale fails channel by channel
-  // (an outlier row of W leaves the other rows' weights in e4m3's subnormals), and
+  // Per output channel (column of D): quantization fails channel by channel (a
+  // channel whose weights span more than e4m3's range loses its small ones), and
   // the layer's Frobenius norm would let a few large channels hide the rest.
   std::vector<double> difference(static_cast<std::size_t>(p.n)), norm(difference.size());
   double total_difference = 0, total_norm = 0;
