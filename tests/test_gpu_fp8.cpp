@@ -45,6 +45,18 @@ std::string step_kernel(const Fp8Layer& layer) {
   return "";
 }
 
+// A layer forced onto c.force_kernel: built with it, kept by the gate, and within
+// the dtype's bound of the e4m3 oracle and e4m3's bound of fp64.
+void check_forced_layer(ge2_context_t* context, DeviceMemory& memory, const Fp8LayerCase& c) {
+  INFO(c.label(), " ", c.force_kernel);
+  Fp8Layer layer(context, c);
+  CHECK(step_kernel(layer) == c.force_kernel);
+  CHECK(plan_of(layer).at("fp8").at("layers").at(0).at("decision") == "kept");
+  const Fp8Layer::Errors errors = layer.run(memory, c.m);
+  CHECK(errors.vs_e4m3_reference <= tolerance(c.dtype));
+  CHECK(errors.vs_fp64 <= kFp8Bound);
+}
+
 }  // namespace
 
 TEST_CASE("gpu fp8: lt_fp8_e4m3 layers against fp64 and the e4m3 oracle") {
@@ -63,21 +75,15 @@ TEST_CASE("gpu fp8: lt_fp8_e4m3 layers against fp64 and the e4m3 oracle") {
         for (ge2_activation_t act : {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF,
                                      GE2_ACT_GELU_TANH, GE2_ACT_SILU, GE2_ACT_QUICK_GELU})
           for (int variant = 0; variant < 3; ++variant) {
-            Fp8LayerCase c{.dtype = dtype,
-                           .m = size.m,
-                           .n = size.n,
-                           .k = size.k,
-                           .act = act,
-                           .residual = variant == 1,
-                           .weight_input = variant == 2,
-                           .force_kernel = kernel};
-            INFO(c.label(), " ", kernel);
-            Fp8Layer layer(context.get(), c);
-            CHECK(step_kernel(layer) == kernel);
-            CHECK(plan_of(layer).at("fp8").at("layers").at(0).at("decision") == "kept");
-            const Fp8Layer::Errors errors = layer.run(memory, c.m);
-            CHECK(errors.vs_e4m3_reference <= tolerance(dtype));
-            CHECK(errors.vs_fp64 <= kFp8Bound);
+            check_forced_layer(context.get(), memory,
+                               {.dtype = dtype,
+                                .m = size.m,
+                                .n = size.n,
+                                .k = size.k,
+                                .act = act,
+                                .residual = variant == 1,
+                                .weight_input = variant == 2,
+                                .force_kernel = kernel});
             ++runs;
           }
   MESSAGE("fp8 layers run: " << runs);
@@ -90,22 +96,16 @@ TEST_CASE("gpu fp8: weights in [k, n] (op(B)^T read strided by the quantizer)") 
   for (const char* kernel : {"lt_fp8_e4m3_fast", "lt_fp8_e4m3"})
     for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
       for (bool weight_input : {false, true})
-        for (std::int64_t m : {17, 256}) {
-          Fp8LayerCase c{.dtype = dtype,
-                         .m = m,
-                         .n = 200,
-                         .k = 48,
-                         .act = GE2_ACT_GELU_ERF,
-                         .weight_input = weight_input,
-                         .nn_linear_weight = false,
-                         .force_kernel = kernel};
-          INFO(c.label());
-          Fp8Layer layer(context.get(), c);
-          CHECK(step_kernel(layer) == kernel);
-          const Fp8Layer::Errors errors = layer.run(memory, c.m);
-          CHECK(errors.vs_e4m3_reference <= tolerance(dtype));
-          CHECK(errors.vs_fp64 <= kFp8Bound);
-        }
+        for (std::int64_t m : {17, 256})
+          check_forced_layer(context.get(), memory,
+                             {.dtype = dtype,
+                              .m = m,
+                              .n = 200,
+                              .k = 48,
+                              .act = GE2_ACT_GELU_ERF,
+                              .weight_input = weight_input,
+                              .nn_linear_weight = false,
+                              .force_kernel = kernel});
 }
 
 TEST_CASE("gpu fp8: a layer cuBLASLt answers only without workspace runs on FP8 all the same") {
@@ -114,21 +114,14 @@ TEST_CASE("gpu fp8: a layer cuBLASLt answers only without workspace runs on FP8 
   DeviceMemory memory;
   // cuBLASLt 13.1 refuses its outer-vector query under a workspace for this shape
   // (and for the gate's 256 calibration rows of it); the step asks again without.
-  for (const char* kernel : {"lt_fp8_e4m3_fast", "lt_fp8_e4m3"}) {
-    Fp8LayerCase c{.dtype = GE2_DTYPE_F16,
-                   .m = 16,
-                   .n = 4096,
-                   .k = 11008,
-                   .residual = true,
-                   .force_kernel = kernel};
-    INFO(c.label());
-    Fp8Layer layer(context.get(), c);
-    CHECK(step_kernel(layer) == kernel);
-    CHECK(plan_of(layer).at("fp8").at("layers").at(0).at("decision") == "kept");
-    const Fp8Layer::Errors errors = layer.run(memory, c.m);
-    CHECK(errors.vs_e4m3_reference <= tolerance(c.dtype));
-    CHECK(errors.vs_fp64 <= kFp8Bound);
-  }
+  for (const char* kernel : {"lt_fp8_e4m3_fast", "lt_fp8_e4m3"})
+    check_forced_layer(context.get(), memory,
+                       {.dtype = GE2_DTYPE_F16,
+                        .m = 16,
+                        .n = 4096,
+                        .k = 11008,
+                        .residual = true,
+                        .force_kernel = kernel});
 }
 
 TEST_CASE(
