@@ -58,10 +58,10 @@ nlohmann::json Plan::apply_fp8_policy() {
       const Fp8GateResult gate =
           measure_fp8_error(backend, problem, *fp8, constant_data(node.b), constant_data(node.bias),
                             prepared ? prepared->data() : nullptr, policy);
-      const bool passed =
-          gate.unsupported.empty() && gate.worst_channel_error <= policy.fp8_max_error;
+      const bool measured = gate.unsupported.empty();  // else the backend could not build it
+      const bool passed = measured && gate.worst_channel_error <= policy.fp8_max_error;
       auto number = [&](double value) {
-        if (!gate.unsupported.empty()) return nlohmann::json("not measured");
+        if (!measured) return nlohmann::json("not measured");
         return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json("not finite");
       };
       nlohmann::json layer{{"node", id},
@@ -78,18 +78,19 @@ nlohmann::json Plan::apply_fp8_policy() {
         layer["decision"] = "kept";
         kept.insert(*fp8);
       } else {
-        const std::string refusal =
-            !gate.unsupported.empty()
-                ? fmt::format(
-                      "FP8 accuracy gate: the backend cannot run it on the calibration "
-                      "problem ({})",
-                      gate.unsupported)
-                : fmt::format(
-                      "FP8 accuracy gate: relative error {:.4g} in the worst output channel "
-                      "against {} exceeds max_error {:.4g} (layer {:.4g})",
-                      gate.worst_channel_error, kernel_name(gate.reference), policy.fp8_max_error,
-                      gate.relative_error);
-        if (!gate.unsupported.empty()) layer["unsupported"] = gate.unsupported;
+        std::string refusal;
+        if (measured) {
+          refusal = fmt::format(
+              "FP8 accuracy gate: relative error {:.4g} in the worst output channel against {} "
+              "exceeds max_error {:.4g} (layer {:.4g})",
+              gate.worst_channel_error, kernel_name(gate.reference), policy.fp8_max_error,
+              gate.relative_error);
+        } else {
+          refusal = fmt::format(
+              "FP8 accuracy gate: the backend cannot run it on the calibration problem ({})",
+              gate.unsupported);
+          layer["unsupported"] = gate.unsupported;
+        }
         refused[*fp8] = refusal;
         layer["decision"] = fmt::format("fallback to {}", kernel_name(*refuse(*fp8, refusal)));
       }
