@@ -88,9 +88,10 @@ def torch_block(kind, hidden, inter, dtype, residual=True, device="cuda"):
     return block, dict(block.named_children())
 
 
-def ge2_block(kind, modules, tokens, hidden, dtype_name, dynamic=False, residual=True):
+def ge2_block(kind, modules, tokens, hidden, dtype_name, dynamic=False, residual=True, output_h=False):
     """The same block as a ge2 graph, the modules' weights as constants ([out, in]: trans_b);
-    dynamic: x's rows are the dynamic extent with `tokens` as its bound."""
+    dynamic: x's rows are the dynamic extent with `tokens` as its bound; output_h: the
+    intermediate h (the down projection's input) is an output "h" too."""
     import ge2
 
     act, _, gated = BLOCKS[kind]
@@ -106,6 +107,8 @@ def ge2_block(kind, modules, tokens, hidden, dtype_name, dynamic=False, residual
         h = g.activation(g.bias(g.gemm(x, const("w1", fc1.weight), trans_b=True), const("b1", fc1.bias)), act)
         y = g.bias(g.gemm(h, const("w2", fc2.weight), trans_b=True), const("b2", fc2.bias))
     g.output(g.add(y, x) if residual else y, "y")
+    if output_h:
+        g.output(h, "h")
     return g
 
 

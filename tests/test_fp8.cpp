@@ -8,8 +8,10 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "core/dtype.hpp"
+#include "support/fp8_block.hpp"
 #include "support/fp8_layer.hpp"
 
 using namespace ge2::test;
@@ -105,6 +107,36 @@ TEST_CASE("fp8: allow_fp8 on the CPU backend runs cpu_fp8_ref, its error measure
           CHECK(errors.vs_e4m3_reference <= tolerance(dtype));
           if (!residual) CHECK(errors.vs_fp64 > 1e-3);
         }
+}
+
+TEST_CASE("fp8: a block on cpu_fp8_ref equals its layers compiled apart; nothing is deferred") {
+  // cpu_fp8_ref computes every activation in its epilogue, so no GEMM defers it
+  // into the next one's quantization (that saves a pass only after a cuBLASLt
+  // GEMM: test_kernel_refusal.cpp, test_gpu_fp8.cpp).
+  auto context = make_context(GE2_DEVICE_CPU);
+  auto memory = host_memory();
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
+    for (const auto& [act, name] :
+         {std::pair{GE2_ACT_GELU_ERF, "gelu_erf"}, std::pair{GE2_ACT_SILU, "silu"},
+          std::pair{GE2_ACT_RELU, "relu"}})
+      for (int variant = 0; variant < 3; ++variant) {
+        INFO("dtype ", static_cast<int>(dtype), " act ", static_cast<int>(act), " variant ",
+             variant);
+        const Fp8BlockResult r = run_fp8_block(context.get(), *memory,
+                                               {.dtype = dtype,
+                                                .act = act,
+                                                .force_kernel = "cpu_fp8_ref",
+                                                .h_also_output = variant == 1,
+                                                .misaligned_y = variant == 2});
+        CHECK(r.first.at("kernel").at("name") == "cpu_fp8_ref");
+        CHECK(r.second.at("kernel").at("name") == "cpu_fp8_ref");
+        CHECK(r.first.at("problem").at("activation") == name);
+        CHECK_FALSE(r.first.contains("activation"));
+        CHECK_FALSE(r.second.at("kernel").contains("a_activation"));
+        CHECK(r.one_vs_two_plans == 0.0);  // the same bits either way
+        CHECK(r.vs_fp64 <= kFp8Bound);
+        CHECK(r.vs_fp64 > 1e-3);  // the operands really were rounded to e4m3
+      }
 }
 
 TEST_CASE("fp8: the accuracy gate judges the worst output channel and falls back past its budget") {

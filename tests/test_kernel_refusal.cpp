@@ -37,8 +37,10 @@ class RefusingBackend final : public Backend {
                                   KernelId kernel, bool staged, TuneUse tune) override {
     ++attempts;
     tunes.push_back(tune);
-    require(kernel != refused || problem.m >= lt_rows_from, GE2_ERROR_UNSUPPORTED,
-            "cuBLASLt has no algorithm for this problem (test)");
+    const bool refuse = kernel == refused &&
+                        (refused_rows >= 0 ? problem.m == refused_rows : problem.m < lt_rows_from);
+    require(!refuse, GE2_ERROR_UNSUPPORTED, "cuBLASLt has no algorithm for this problem (test)");
+    problems.push_back(problem);
     return cpu_->make_gemm(problem, slots,
                            is_fp8_kernel(kernel) ? KernelId::CpuFp8Ref : KernelId::CpuRef, staged,
                            tune);
@@ -64,6 +66,8 @@ class RefusingBackend final : public Backend {
   std::vector<KernelId> offered{KernelId::LtF16, KernelId::CudaF32};
   KernelId refused = KernelId::LtF16;
   std::int64_t lt_rows_from = std::numeric_limits<std::int64_t>::max();  // `refused` runs M >= this
+  std::int64_t refused_rows = -1;     // when >= 0: `refused` is refused at this M only
+  std::vector<GemmProblem> problems;  // of every step built
 
  private:
   DeviceInfo device_;
@@ -221,4 +225,121 @@ TEST_CASE("an FP8 row the backend cannot build for the gate is refused with its 
   CHECK_THROWS_WITH_AS(
       (void)compile_plan(backend, g, options),
       doctest::Contains("kernel 'lt_fp8_e4m3_fast' was forced but cannot run GEMM"), Error);
+}
+
+TEST_CASE("a deferred activation whose FP8 GEMM the backend refuses runs as its own pass") {
+  // h = gelu(x w1) feeds only y = h w2: with both GEMMs on FP8 rows the first
+  // leaves out its activation and the second's quantization applies it. Here the
+  // backend builds the FP8 rows for the gate's 256 rows but refuses them at the
+  // plan's own: the second GEMM falls back to cuda_f32, which cannot apply it, so
+  // h is activated in place by a pass of its own first, and y is still right.
+  // (cuda_f32, rated far slower, lets FP8 win at sizes the host checks quickly.)
+  auto backend = std::make_shared<RefusingBackend>();
+  backend->offered = {KernelId::LtFp8E4M3, KernelId::CudaF32};
+  backend->refused = KernelId::CpuRef;  // nothing offered is refused yet
+  const std::int64_t tokens = 64, hidden = 128, inter = 256;
+  auto block = [&](Activation act) {
+    Graph g;
+    Node first;
+    first.kind = OpKind::Gemm;
+    first.a = test::add_input(g, "x", TensorType::dense(DType::F16, 2, {tokens, hidden, 0}));
+    first.b = test::add_input(g, "w1", TensorType::dense(DType::F16, 2, {hidden, inter, 0}));
+    first.act = act;
+    const ValueId h = test::add_node(g, first);
+    Node second;
+    second.kind = OpKind::Gemm;
+    second.a = h;
+    second.b = test::add_input(g, "w2", TensorType::dense(DType::F16, 2, {inter, hidden, 0}));
+    g.add_output({test::add_node(g, second), "y", std::nullopt});
+    return g;
+  };
+  const Graph g = block(Activation::GeluErf);
+  CompileOptions options;
+  options.policy.allow_fp8 = true;
+
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  auto random_f16 = [&](std::size_t count, float scale) {
+    std::vector<std::uint16_t> values(count);
+    for (auto& v : values) v = float_to_half_bits(scale * dist(rng));
+    return values;
+  };
+  auto x = random_f16(static_cast<std::size_t>(tokens * hidden), 1.0f);
+  auto w1 = random_f16(static_cast<std::size_t>(hidden * inter), 0.0442f);
+  auto w2 = random_f16(static_cast<std::size_t>(inter * hidden), 0.0442f);
+  std::vector<double> want(static_cast<std::size_t>(tokens * hidden));
+  {
+    std::vector<double> hv(static_cast<std::size_t>(inter));
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      for (std::int64_t j = 0; j < inter; ++j) {
+        double sum = 0;
+        for (std::int64_t k = 0; k < hidden; ++k)
+          sum += double(half_bits_to_float(x[static_cast<std::size_t>(t * hidden + k)])) *
+                 half_bits_to_float(w1[static_cast<std::size_t>(k * inter + j)]);
+        hv[static_cast<std::size_t>(j)] = 0.5 * sum * (1.0 + std::erf(sum / std::sqrt(2.0)));
+      }
+      for (std::int64_t j = 0; j < hidden; ++j) {
+        double sum = 0;
+        for (std::int64_t k = 0; k < inter; ++k)
+          sum += hv[static_cast<std::size_t>(k)] *
+                 half_bits_to_float(w2[static_cast<std::size_t>(k * hidden + j)]);
+        want[static_cast<std::size_t>(t * hidden + j)] = sum;
+      }
+    }
+  }
+  // y's relative error against fp64 and the plan's steps text.
+  auto run = [&](const Plan& plan) {
+    std::vector<std::uint16_t> y(want.size(), float_to_half_bits(NAN));
+    const ge2_binding_t bindings[] = {
+        {"x", x.data()}, {"w1", w1.data()}, {"w2", w2.data()}, {"y", y.data()}};
+    const_cast<Plan&>(plan).execute(bindings, 4, nullptr);
+    double error = 0, norm = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      const double got = half_bits_to_float(y[i]);
+      error += (got - want[i]) * (got - want[i]);
+      norm += want[i] * want[i];
+    }
+    return std::sqrt(error / norm);
+  };
+
+  // Both built: deferred into the second GEMM's quantization.
+  const auto kept = compile_plan(backend, g, options);
+  auto steps = nlohmann::json::parse(kept->description())["steps"];
+  REQUIRE(steps.size() == 2);
+  CHECK(steps[0]["selection"]["kernel"] == "lt_fp8_e4m3");
+  CHECK(steps[1]["selection"]["kernel"] == "lt_fp8_e4m3");
+  CHECK(steps[0]["problem"]["activation"] == "none");
+  CHECK(steps[0]["activation"].get<std::string>().find("gelu_erf deferred") != std::string::npos);
+  CHECK(steps[1]["input_activation"].get<std::string>().find("applied by the e4m3 quantization") !=
+        std::string::npos);
+  REQUIRE(backend->problems.size() >= 2);
+  CHECK(backend->problems.back().a_act == Activation::GeluErf);
+  const double fp8_error = run(*kept);
+  CHECK(fp8_error > 1e-3);  // e4m3 really ran
+  CHECK(fp8_error <= 0.06);
+
+  // Refused at the plan's rows: the pass runs on its own before cuda_f32.
+  backend->refused = KernelId::LtFp8E4M3;
+  backend->refused_rows = tokens;
+  backend->problems.clear();
+  const auto refused = compile_plan(backend, g, options);
+  steps = nlohmann::json::parse(refused->description())["steps"];
+  REQUIRE(steps.size() == 2);  // the text names the pass on the GEMM it serves
+  CHECK(steps[1]["selection"]["kernel"] == "cuda_f32");
+  CHECK(steps[1]["input_activation"].get<std::string>().find(
+            "run as its own pass: lt_fp8_e4m3 was refused") != std::string::npos);
+  CHECK(backend->problems.back().a_act == Activation::None);
+  const double refused_error = run(*refused);
+  CHECK(refused_error <= 2e-3);  // both GEMMs 16-bit now
+
+  // ReLU has a cuBLASLt epilogue: no pass to save, nothing deferred.
+  backend->refused = KernelId::CpuRef;
+  const auto relu = compile_plan(backend, block(Activation::Relu), options);
+  steps = nlohmann::json::parse(relu->description())["steps"];
+  REQUIRE(steps.size() == 2);
+  CHECK(steps[0]["selection"]["kernel"] == "lt_fp8_e4m3");
+  CHECK(steps[1]["selection"]["kernel"] == "lt_fp8_e4m3");
+  CHECK(steps[0]["problem"]["activation"] == "relu");
+  CHECK_FALSE(steps[0].contains("activation"));
+  CHECK_FALSE(steps[1].contains("input_activation"));
 }

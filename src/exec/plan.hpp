@@ -103,6 +103,14 @@ class Plan {
   std::vector<TensorType> storage_at(std::int64_t extent) const;
   // The backend copy of constant `v`; nullptr for kNoValue or a value that is no constant.
   const void* constant_data(ValueId v) const;
+  // The GEMM that is the only reader of GEMM `gemm`, reading it as A, when it runs
+  // on an FP8 row in `chosen` and `gemm`'s kernel in `chosen` runs its activation
+  // as a separate pass over its result (runs_separate_activation_pass: cuBLASLt
+  // and erf GELU): that row's quantization pass, which reads A anyway, applies
+  // the activation (GemmProblem::a_act) and `gemm` leaves it out. The stored
+  // intermediate is then the pre-activation, which nothing else reads, and the
+  // FP8 GEMM sees the very values the pass would have stored. Else kNoValue.
+  ValueId deferred_activation_reader(ValueId gemm, const std::vector<Selection>& chosen) const;
   // The gated_mul that is the only reader of GEMM `gemm`, when the GEMM could
   // compute it in its epilogue (no C, no activation of its own, constant B and
   // bias); else kNoValue.

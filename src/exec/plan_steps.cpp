@@ -72,6 +72,15 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
   };
   // gated_mul nodes whose multiply their GEMM's step computes.
   std::vector<bool> fused_into_gemm(static_cast<std::size_t>(graph_.size()), false);
+  // By GEMM node: the activation of the GEMM that produced its A, deferred into it
+  // (deferred_activation_reader), and the activation that GEMM then leaves out.
+  std::vector<Activation> a_act(static_cast<std::size_t>(graph_.size()), Activation::None);
+  std::vector<bool> act_deferred(static_cast<std::size_t>(graph_.size()), false);
+  for (ValueId id = 0; id < graph_.size(); ++id)
+    if (const ValueId reader = deferred_activation_reader(id, chosen); reader != kNoValue) {
+      a_act[static_cast<std::size_t>(reader)] = graph_.node(id).act;
+      act_deferred[static_cast<std::size_t>(id)] = true;
+    }
   // The plan text is built only when asked for: steps rebuilt at a new extent and
   // one-shot plans are never shown, and their text costs more than their steps.
   const bool describe = steps_json != nullptr;
@@ -102,7 +111,17 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
                    {"fused_from", node.fused_from},
                    {"output", storage[static_cast<std::size_t>(id)].shape_string()}};
     if (node.is_gemm_family()) {
-      const GemmProblem problem = make_gemm_problem(graph_, id, storage);
+      GemmProblem problem = make_gemm_problem(graph_, id, storage);
+      if (act_deferred[static_cast<std::size_t>(id)]) {
+        problem.act = Activation::None;
+        note("activation", [&] {
+          return fmt::format(
+              "{} deferred to the GEMM reading this value (applied as it quantizes "
+              "its A)",
+              activation_name(node.act));
+        });
+      }
+      const Activation deferred = a_act[static_cast<std::size_t>(id)];
       Selection selection = chosen[static_cast<std::size_t>(id)];
       const auto prepared = b_prepared_slot_.find(id);
       GemmSlots slots{slot_for(node.a),
@@ -117,11 +136,35 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
       // GE2_ERROR_UNSUPPORTED when none is left or the kernel was forced.
       while (!step) {
         try {
-          step = backend.make_gemm(problem, slots, selection.kernel, selection.staged, tune);
+          GemmProblem attempt = problem;
+          if (is_fp8_kernel(selection.kernel)) attempt.a_act = deferred;
+          step = backend.make_gemm(attempt, slots, selection.kernel, selection.staged, tune);
         } catch (const Error& error) {
           if (error.status() != GE2_ERROR_UNSUPPORTED && error.status() != GE2_ERROR_CUBLAS) throw;
           refuse_and_reselect(selection, problem, options_.policy, error.what());
         }
+      }
+      if (deferred != Activation::None && !is_fp8_kernel(selection.kernel)) {
+        // The FP8 row that was to apply it was refused here: A is activated in
+        // place first (the pass its producer would have run).
+        ElementwiseProblem pass;
+        pass.x = pass.out = storage[static_cast<std::size_t>(node.a)];
+        pass.act = deferred;
+        list->steps.push_back(
+            backend.make_elementwise(pass, {slot_for(node.a), -1, slot_for(node.a), -1}));
+        note("input_activation", [&] {
+          return fmt::format(
+              "{} of A (deferred by its producer) run as its own pass: {} was "
+              "refused",
+              activation_name(deferred), kernel_name(chosen[static_cast<std::size_t>(id)].kernel));
+        });
+      } else if (deferred != Activation::None) {
+        note("input_activation", [&] {
+          return fmt::format(
+              "{} of A, deferred from the GEMM that produced it, applied by the "
+              "e4m3 quantization",
+              activation_name(deferred));
+        });
       }
       // A gated_mul reading only this GEMM: computed in its epilogue where the kernel
       // can, with the unfused steps kept for executions the fused one does not accept.
@@ -171,6 +214,23 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
     }
   }
   return list;
+}
+
+ValueId Plan::deferred_activation_reader(ValueId gemm, const std::vector<Selection>& chosen) const {
+  const Node& node = graph_.node(gemm);
+  if (!node.live || !node.is_gemm_family() || graph_.use_count(gemm) != 1) return kNoValue;
+  const Selection& own = chosen[static_cast<std::size_t>(gemm)];
+  if (own.staged || !runs_separate_activation_pass(own.kernel, node.act)) return kNoValue;
+  for (ValueId id = gemm + 1; id < graph_.size(); ++id) {
+    const Node& reader = graph_.node(id);
+    if (!reader.live || !reader.is_gemm_family()) continue;
+    if (reader.a == gemm && reader.b != gemm && reader.c != gemm && reader.bias != gemm &&
+        is_fp8_kernel(chosen[static_cast<std::size_t>(id)].kernel))
+      return id;
+    if (reader.a == gemm || reader.b == gemm || reader.c == gemm || reader.bias == gemm)
+      return kNoValue;
+  }
+  return kNoValue;
 }
 
 ValueId Plan::gated_reader(ValueId gemm) const {

@@ -35,6 +35,11 @@ struct GemmProblem {
   Activation act = Activation::None;
   float alpha = 1.0f, beta = 0.0f;
   std::optional<GatedOutput> gated;
+  // Applied to each element of op(A), rounded to the dtype, before the product:
+  // the activation of the GEMM that produced A, deferred by the plan into this
+  // GEMM (plan_steps.cpp). Only the FP8 rows take it (their quantization pass
+  // reads A anyway); None for every other kernel.
+  Activation a_act = Activation::None;
 
   double flops() const { return 2.0 * static_cast<double>(m) * n * k * batch; }
   // Bytes a kernel must move at least: A, B (and C) read once, D written once.
@@ -50,6 +55,13 @@ struct GemmProblem {
 // into D); any other problem unchanged.
 inline GemmProblem without_gated_output(GemmProblem problem) {
   problem.gated.reset();
+  return problem;
+}
+
+// The same GEMM reading A as stored (what an FP8 step's unfused fallback runs
+// after activating A in place).
+inline GemmProblem without_a_activation(GemmProblem problem) {
+  problem.a_act = Activation::None;
   return problem;
 }
 

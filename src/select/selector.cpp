@@ -97,8 +97,7 @@ double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& devi
     total += elements * (dtype_size(p.dtype) + 1.0) / (bandwidth * 1e3 * 0.6);
     basis += ", + e4m3 quantization of " + std::string(p.b_constant ? "A" : "A and B");
   }
-  const bool lt_epilogue = is_cublaslt_kernel(kernel) || is_cublaslt_fp8_kernel(kernel);
-  if (lt_epilogue && activation_info(p.act).cublaslt == LtEpilogue::kNone) {
+  if (runs_separate_activation_pass(kernel, p.act)) {
     // No cuBLASLt epilogue computes it (erf GELU, SiLU): one more pass over D.
     const double d_bytes = 2.0 * static_cast<double>(p.m) * p.n * p.batch * dtype_size(p.dtype);
     total += separate_pass_us(d_bytes, device);
@@ -204,6 +203,11 @@ std::string gated_epilogue_problem(const GemmProblem& p, KernelId kernel) {
   if (p.gated->out.row_stride % 2 != 0 || p.gated->out.batch_stride % 2 != 0)
     return "the gated output's rows do not start on 4-byte boundaries";
   return "";
+}
+
+bool runs_separate_activation_pass(KernelId kernel, Activation act) {
+  return (is_cublaslt_kernel(kernel) || is_cublaslt_fp8_kernel(kernel)) &&
+         activation_info(act).cublaslt == LtEpilogue::kNone;
 }
 
 std::string fp8_layout_problem(const GemmProblem& problem) {

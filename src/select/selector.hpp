@@ -74,6 +74,11 @@ std::string gated_epilogue_problem(const GemmProblem& problem, KernelId kernel);
 // row-major C and D with 16-byte aligned rows, a contiguous bias. Empty when it
 // can, else the reason.
 std::string fp8_layout_problem(const GemmProblem& problem);
+// Whether `kernel` (unstaged) runs `act` as a separate pass over D after its GEMM:
+// the cuBLASLt rows, 16-bit and FP8, for the activations cuBLASLt has no
+// epilogue for (erf GELU, SiLU, QuickGELU). Every other row computes it in its
+// epilogue, the staged form in its copy back.
+bool runs_separate_activation_pass(KernelId kernel, Activation act);
 // An operand of an FP8 step in memory: `rows` float scales (one per row), then
 // the rows x k e4m3 copy, each part starting on a 256-byte boundary.
 std::size_t fp8_scales_bytes(std::int64_t rows);

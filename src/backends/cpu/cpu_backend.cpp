@@ -27,6 +27,8 @@ class CpuGemmStep final : public Step {
                                                  : "fused in the reference loop"}};
     if (kernel_ == KernelId::CpuFp8Ref)
       j["scales"] = "row-wise, amax / 448: one per row of A and per output channel of B";
+    if (problem_.a_act != Activation::None)
+      j["a_activation"] = std::string(activation_name(problem_.a_act));
     return j;
   }
 
@@ -99,6 +101,8 @@ class CpuBackend final : public Backend {
       const std::string layout = fp8_layout_problem(problem);
       require(layout.empty(), GE2_ERROR_UNSUPPORTED, "{}", layout);
     }
+    require(problem.a_act == Activation::None || kernel == KernelId::CpuFp8Ref, GE2_ERROR_INTERNAL,
+            "kernel '{}' cannot apply a deferred activation of A", kernel_name(kernel));
     return std::make_unique<CpuGemmStep>(problem, slots, kernel, gemm_threads_);
   }
   std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,

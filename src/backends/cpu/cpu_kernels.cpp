@@ -393,8 +393,22 @@ void multiply_rows_nk(RowMajor a, const GemmProblem& p, const void* b, std::int6
   });
 }
 
+// values[i] = act(values[i]) rounded to `dtype`: what a producer GEMM whose
+// activation the plan deferred (GemmProblem::a_act) would have stored.
+void activate_in_dtype(Activation act, DType dtype, std::vector<float>& values) {
+  activate_row(act, values.data(), static_cast<std::int64_t>(values.size()));
+  for (float& value : values) {
+    std::uint32_t stored = 0;
+    store_from_float(&stored, dtype, 0, value);
+    value = load_as_float(&stored, dtype, 0);
+  }
+}
+
 void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c, const void* bias,
                void* d, bool fp8, unsigned max_threads) {
+  // Only the FP8 rows take a deferred activation (they copy op(A) anyway).
+  require(fp8 || p.a_act == Activation::None, GE2_ERROR_INTERNAL,
+          "cpu_ref: a deferred activation of A reached a kernel that does not apply it");
   std::vector<float> packed_a, packed_b;
   const double work = static_cast<double>(p.m) * static_cast<double>(p.n) * p.k;
   const bool b_in_place_nk = !fp8 && p.trans_b && p.m <= kInPlaceNkRows;
@@ -410,6 +424,7 @@ void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c
     const RowMajor a_rows = rows_of(p.a, p.trans_a, p.dtype, a, batch, fp8, packed_a);
     const RowMajor b_rows =
         b_in_place_nk ? RowMajor{} : rows_of(p.b, p.trans_b, p.dtype, b, batch, fp8, packed_b);
+    if (p.a_act != Activation::None) activate_in_dtype(p.a_act, p.dtype, packed_a);
     // FP8: op(A) [M, K] per row, op(B) [K, N] per output column.
     const std::vector<float> a_scales =
         fp8 ? round_to_e4m3(packed_a, p.m, p.k, true) : std::vector<float>{};

@@ -142,8 +142,10 @@ class CudaBackend final : public Backend {
     if (is_cublaslt_fp8_kernel(kernel))
       return make_fp8_gemm_step(
           lt_.get(), problem, kernel, slots, *chooser_, device_.sm_count,
-          make_lt_gemm_step(lt_.get(), problem, cublaslt_kernel_for(problem.dtype), slots,
-                            *chooser_, tune));
+          make_lt_gemm_step(lt_.get(), without_a_activation(problem),
+                            cublaslt_kernel_for(problem.dtype), slots, *chooser_, tune));
+    require(problem.a_act == Activation::None, GE2_ERROR_INTERNAL,
+            "kernel '{}' cannot apply a deferred activation of A", kernel_name(kernel));
     if (kernel == KernelId::CudaF32) return make_fallback_gemm_step(problem, slots);
     if (kernel == KernelId::CudaSkinny)
       return make_skinny_gemm_step(

@@ -3,11 +3,17 @@
 // once at compile (prepare_fp8_weight), and cuBLASLt multiplies the e4m3 copies
 // with their row scales as outer-vector scales (D[i, j] gets scale_a[i] *
 // scale_b[j]), accumulating in fp32 and writing D in the problem's 16-bit dtype
-// with the usual epilogue. cuBLASLt's e4m3 kernels take the "TN" layout only:
+// with the usual epilogue. A deferred activation of A (GemmProblem::a_act) is
+// applied by the quantization pass; the unfused fallback, which reads A as
+// stored, gets A activated in place first (A is then an intermediate only this
+// GEMM reads: plan_steps.cpp). cuBLASLt's e4m3 kernels take the "TN" layout only:
 // both copies are written K-contiguous ([M, K] and [N, K]), whatever the
 // operands' own layouts.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+
+#include <fmt/format.h>
 
 #include "backends/cuda/gemm_steps.hpp"
 #include "backends/cuda/kernels.hpp"
@@ -32,6 +38,18 @@ GemmProblem quantized_problem(const GemmProblem& p) {
   q.trans_b = true;
   q.b = {1, p.n, p.k, 0, p.k, 1};
   return q;
+}
+
+// a_act over A as stored, in place: what the fallback reads.
+ElementwiseProblem a_activation_pass(const GemmProblem& p) {
+  ElementwiseProblem pass;
+  // A read by every batch (stride 0) is activated once.
+  const std::int64_t batches = p.a.batch_stride == 0 ? 1 : p.batch;
+  pass.x = TensorType::dense(p.dtype, 3, {batches, p.a.rows, p.a.cols});
+  pass.x.strides = {p.a.batch_stride, p.a.row_stride, p.a.col_stride};
+  pass.out = pass.x;
+  pass.act = p.a_act;
+  return pass;
 }
 
 // One operand in the layout of fp8_operand_bytes: its row scales, then its e4m3 rows.
@@ -76,6 +94,7 @@ class Fp8GemmStep final : public Step {
       choice_ = chooser.heuristic(matmul_, 16, true);
     }
     if (matmul_.needs_separate_activation()) activation_ = matmul_.activation_pass();
+    if (problem_.a_act != Activation::None) a_activation_ = a_activation_pass(problem);
   }
 
   void run(const ExecState& s) override {
@@ -87,12 +106,18 @@ class Fp8GemmStep final : public Step {
     // The 16-bit epilogue operands keep the caller's addresses: cuBLASLt's FP8
     // kernels want them 16-byte aligned, as the CUTLASS rows do.
     const auto stream = static_cast<cudaStream_t>(s.stream);
-    for (const void* p : {c, bias, static_cast<const void*>(d)})
-      if (p != nullptr && !aligned16(p)) return fallback_->run(s);
+    for (const void* p : {c, bias, static_cast<const void*>(d)}) {
+      if (p == nullptr || aligned16(p)) continue;
+      if (a_activation_) {
+        void* a_stored = slot_pointer(s, slots_.a);
+        launch_elementwise(*a_activation_, a_stored, nullptr, a_stored, sm_count_, stream);
+      }
+      return fallback_->run(s);
+    }
     void* scratch = slot_pointer(s, slots_.scratch);
     const Fp8Operand a_q = fp8_operand(scratch, problem_.m);
     launch_quantize_e4m3_rows(problem_.dtype, problem_.op_a(), a, a_q.data, a_q.scales, sm_count_,
-                              stream);
+                              stream, problem_.a_act);
     Fp8Operand b_q{};
     if (slots_.b_prepared >= 0) {
       b_q = fp8_operand(slot_pointer(s, slots_.b_prepared), problem_.n);
@@ -122,7 +147,11 @@ class Fp8GemmStep final : public Step {
         {"scales",
          "row-wise, amax / 448: one per row of A and per output channel of B "
          "(cuBLASLt outer-vector scales)"},
-        {"a_quantized", "every execution (one pass)"},
+        {"a_quantized", problem_.a_act == Activation::None
+                            ? "every execution (one pass)"
+                            : fmt::format("every execution (one pass), after {} (deferred from "
+                                          "the GEMM that produced A)",
+                                          activation_name(problem_.a_act))},
         {"b_quantized",
          slots_.b_prepared >= 0 ? "once, at compile (constant weight)" : "every execution"},
         {"accumulate",
@@ -141,6 +170,7 @@ class Fp8GemmStep final : public Step {
   LtMatmul matmul_;
   AlgoChoice choice_;
   ElementwiseProblem activation_;
+  std::optional<ElementwiseProblem> a_activation_;  // A in place, before the fallback
   std::unique_ptr<Step> fallback_;
 };
 

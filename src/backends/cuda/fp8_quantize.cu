@@ -6,7 +6,9 @@
 // row-major copy and stores the row's dequantization scale amax / 448. The
 // second read of a row hits the cache the first one filled: one pass over
 // memory, no atomics, no host synchronization (capturable). The host formula
-// (core/dtype.hpp, cpu_fp8_ref) is the same arithmetic.
+// (core/dtype.hpp, cpu_fp8_ref) is the same arithmetic. A deferred activation
+// (GemmProblem::a_act) is applied to each element as it is loaded and rounded
+// to the 16-bit dtype: the values the producing GEMM would have stored.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -30,22 +32,39 @@ struct QuantizeView {
   long long rows, cols, row_stride, col_stride;
 };
 
-// Elements [col, col + count) of one row as floats: a 16-byte load of 8
-// consecutive elements where the view allows it, else one strided element.
-template <typename T, bool kVectorized>
+// act(x) as the 16-bit value a GEMM's epilogue would have stored.
+template <typename T, typename Act>
+__device__ __forceinline__ float activated(const Act& act, T x) {
+  if constexpr (std::is_same_v<Act, Identity>) {
+    return to_float(x);
+  } else {
+    return to_float(from_float<T>(act(to_float(x))));
+  }
+}
+
+// Elements [col, col + count) of one row as floats, `act` applied: a 16-byte load
+// of 8 consecutive elements where the view allows it, else one strided element.
+template <typename T, bool kVectorized, typename Act>
 __device__ __forceinline__ int load_group(const T* row, const QuantizeView& v, long long col,
-                                          float (&values)[kVector]) {
+                                          const Act& act, float (&values)[kVector]) {
   if constexpr (kVectorized) {
     const uint4 raw = *reinterpret_cast<const uint4*>(row + col);
     const T* elements = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-    for (int i = 0; i < kVector; ++i) values[i] = to_float(elements[i]);
+    for (int i = 0; i < kVector; ++i) values[i] = activated(act, elements[i]);
     return kVector;
   } else {
-    values[0] = to_float(row[col * v.col_stride]);
+    values[0] = activated(act, row[col * v.col_stride]);
     return 1;
   }
 }
+
+// The activation of the row kernel, read from its parameters (rows too long for
+// registers, strided views: no template instance per activation).
+struct RuntimeActivation {
+  int act;
+  __device__ __forceinline__ float operator()(float x) const { return activate(act, x); }
+};
 
 // The e4m3 bytes of 8 consecutive values: one 8-byte store of the dense copy.
 __device__ __forceinline__ std::uint64_t pack_e4m3(const float (&values)[kVector],
@@ -76,10 +95,11 @@ __device__ __forceinline__ unsigned block_amax(unsigned local,
 // Rows of at most kThreads * kVector * kGroups 16-bit elements, 16-byte aligned:
 // each thread keeps its kGroups groups of 8 in registers between the amax and the
 // conversion, so a row is read once and all its loads are in flight together.
-template <typename T, int kGroups>
+template <typename T, int kGroups, typename Act>
 __global__ void __launch_bounds__(kThreads)
     quantize_short_rows_kernel(const T* __restrict__ src, QuantizeView v,
-                               __nv_fp8_storage_t* __restrict__ dst, float* __restrict__ scales) {
+                               __nv_fp8_storage_t* __restrict__ dst, float* __restrict__ scales,
+                               Act act) {
   wait_for_producer();
   __shared__ unsigned warp_amax[kThreads / 32];
   for (long long r = blockIdx.x; r < v.rows; r += gridDim.x) {
@@ -90,7 +110,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int g = 0; g < kGroups; ++g) {
       const long long col = (static_cast<long long>(g) * kThreads + threadIdx.x) * kVector;
       if (col < v.cols) {
-        load_group<T, true>(row, v, col, values[g]);
+        load_group<T, true>(row, v, col, act, values[g]);
 #pragma unroll
         for (int i = 0; i < kVector; ++i) local = max(local, __float_as_uint(fabsf(values[g][i])));
       }
@@ -113,7 +133,8 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, bool kVectorized>
 __global__ void __launch_bounds__(kThreads)
     quantize_rows_kernel(const T* __restrict__ src, QuantizeView v,
-                         __nv_fp8_storage_t* __restrict__ dst, float* __restrict__ scales) {
+                         __nv_fp8_storage_t* __restrict__ dst, float* __restrict__ scales,
+                         RuntimeActivation act) {
   wait_for_producer();
   __shared__ unsigned warp_amax[kThreads / 32];
   constexpr int step = kVectorized ? kVector : 1;
@@ -123,7 +144,7 @@ __global__ void __launch_bounds__(kThreads)
     for (long long col = static_cast<long long>(threadIdx.x) * step; col < v.cols;
          col += static_cast<long long>(kThreads) * step) {
       float values[kVector];
-      const int count = load_group<T, kVectorized>(row, v, col, values);
+      const int count = load_group<T, kVectorized>(row, v, col, act, values);
       for (int i = 0; i < count; ++i) local = max(local, __float_as_uint(fabsf(values[i])));
     }
     const float amax = __uint_as_float(block_amax(local, warp_amax));
@@ -133,7 +154,7 @@ __global__ void __launch_bounds__(kThreads)
     for (long long col = static_cast<long long>(threadIdx.x) * step; col < v.cols;
          col += static_cast<long long>(kThreads) * step) {
       float values[kVector];
-      load_group<T, kVectorized>(row, v, col, values);
+      load_group<T, kVectorized>(row, v, col, act, values);
       if constexpr (kVectorized) {
         *reinterpret_cast<std::uint64_t*>(out + col) = pack_e4m3(values, multiplier);
       } else {
@@ -151,7 +172,7 @@ constexpr int kShortRowGroups = 8;
 
 void launch_quantize_e4m3_rows(DType dtype, const MatrixView& src, const void* src_data,
                                std::uint8_t* dst, float* row_scales, int sm_count,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, Activation act) {
   require(dtype != DType::F32, GE2_ERROR_INTERNAL, "e4m3 quantization takes f16 or bf16");
   const QuantizeView view{src.rows, src.cols, src.row_stride, src.col_stride};
   // The dense copy's rows start every `cols` bytes: 8-byte stores need cols % 8 == 0.
@@ -165,12 +186,18 @@ void launch_quantize_e4m3_rows(DType dtype, const MatrixView& src, const void* s
     if constexpr (!std::is_same_v<T, float>) {
       const auto* typed = static_cast<const T*>(src_data);
       auto* out = reinterpret_cast<__nv_fp8_storage_t*>(dst);
-      const bool short_rows = vectorized && src.cols <= kThreads * kVector * kShortRowGroups;
-      auto kernel = short_rows   ? quantize_short_rows_kernel<T, kShortRowGroups>
-                    : vectorized ? quantize_rows_kernel<T, true>
-                                 : quantize_rows_kernel<T, false>;
+      if (vectorized && src.cols <= kThreads * kVector * kShortRowGroups) {
+        visit_activation(act, [&](auto functor) {
+          GE2_CUDA_CHECK(launch_dependent(
+              true, quantize_short_rows_kernel<T, kShortRowGroups, decltype(functor)>, dim3(blocks),
+              dim3(kThreads), 0, stream, typed, view, out, row_scales, functor));
+        });
+        return;
+      }
+      auto kernel = vectorized ? quantize_rows_kernel<T, true> : quantize_rows_kernel<T, false>;
       GE2_CUDA_CHECK(launch_dependent(true, kernel, dim3(blocks), dim3(kThreads), 0, stream, typed,
-                                      view, out, row_scales));
+                                      view, out, row_scales,
+                                      RuntimeActivation{static_cast<int>(act)}));
     }
   });
 }

@@ -43,11 +43,13 @@ void launch_copy_matrix(DType dtype, const MatrixView& src, const void* src_data
 // src.rows x src.cols copy, gets e4m3(src(i, j) * 448 / amax_i) rounded to nearest
 // even and saturated at +-448, where amax_i = max_j |src(i, j)|; row_scales[i]
 // gets amax_i / 448 (1 for an all-zero row, NaN for a row holding a NaN), the
-// factor cuBLASLt multiplies back (its outer-vector scale mode). One launch on
-// `stream`, no host synchronization (capturable).
+// factor cuBLASLt multiplies back (its outer-vector scale mode). `act` (a
+// deferred activation, GemmProblem::a_act) replaces each src(i, j) by act(src(i, j))
+// rounded to `dtype` first. One launch on `stream`, no host synchronization
+// (capturable).
 void launch_quantize_e4m3_rows(DType dtype, const MatrixView& src, const void* src_data,
                                std::uint8_t* dst, float* row_scales, int sm_count,
-                               cudaStream_t stream);
+                               cudaStream_t stream, Activation act = Activation::None);
 
 // Tiles of the fallback kernel, exported for the plan text.
 inline constexpr int kFallbackTileM = 64, kFallbackTileN = 64, kFallbackTileK = 16;
