@@ -19,7 +19,8 @@
 // fast accumulation, with per-tensor and with row-wise (OUTER_VEC_32F) scales,
 // on operands quantized beforehand, interleaved with the 16-bit heuristic choice
 // on the same tensors and with the step's own work (A quantized row-wise, then
-// the GEMM).
+// the GEMM); and the quantization alone, plain and applying erf GELU (the
+// activation the plan defers into it), with the bandwidth it reaches.
 //
 // Built on request: cmake --build build --target lt_algo_probe.
 //
@@ -104,9 +105,10 @@ void probe_fp8(cublasLtHandle_t handle, std::int64_t m, std::int64_t n, std::int
     DeviceBuffer data, scales;
   };
   std::vector<Operand> a_q, b_q;
-  auto quantize = [&](const MatrixView& view, const void* src, Operand& q) {
+  auto quantize = [&](const MatrixView& view, const void* src, Operand& q,
+                      Activation act = Activation::None) {
     launch_quantize_e4m3_rows(DType::F16, view, src, static_cast<std::uint8_t*>(q.data.data()),
-                              static_cast<float*>(q.scales.data()), sm_count, rig.stream());
+                              static_cast<float*>(q.scales.data()), sm_count, rig.stream(), act);
   };
   for (int set = 0; set < rig.sets(); ++set) {
     const LtPointers in = rig.pointers(set, rig.output());
@@ -178,12 +180,26 @@ void probe_fp8(cublasLtHandle_t handle, std::int64_t m, std::int64_t n, std::int
         contenders.push_back(fp8_contender(mm, candidates.front().algo, true));
       }
     }
+  // The quantization alone, plain and applying a deferred erf GELU (A is read
+  // as 16 bits once, written as e4m3 once, plus a float scale per row).
+  const std::size_t quantizers = labels.size();
+  for (const Activation act : {Activation::None, Activation::GeluErf}) {
+    labels.push_back(fmt::format("quantize A alone, activation {}", activation_name(act)));
+    contenders.push_back([&, act](int set) {
+      quantize(a_view, rig.pointers(set, rig.output()).a, a_q[static_cast<std::size_t>(set)], act);
+    });
+  }
   const std::vector<double> us = rig.interleaved_medians_us(contenders);
   const double flop =
       2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const double quantized_bytes = 3.0 * static_cast<double>(m) * static_cast<double>(k) + 4.0 * m;
   for (std::size_t i = 0; i < us.size(); ++i)
-    fmt::print("| {}x{}x{} | {} | {:.1f} | {:.0f} |\n", m, n, k, labels[i], us[i],
-               flop / us[i] * 1e-6);
+    if (i < quantizers)
+      fmt::print("| {}x{}x{} | {} | {:.1f} | {:.0f} |\n", m, n, k, labels[i], us[i],
+                 flop / us[i] * 1e-6);
+    else
+      fmt::print("| {}x{}x{} | {} | {:.1f} | {:.0f} GB/s |\n", m, n, k, labels[i], us[i],
+                 quantized_bytes / us[i] * 1e-3);
   std::fflush(stdout);
 }
 
