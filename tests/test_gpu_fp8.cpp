@@ -250,13 +250,13 @@ TEST_CASE("gpu fp8: a two-layer block equals its layers compiled apart, row-wise
     for (const char* kernel : {"lt_fp8_e4m3", "lt_fp8_e4m3_fast"})
       for (ge2_activation_t act : {GE2_ACT_GELU_ERF, GE2_ACT_RELU}) {
         INFO(kernel, " dtype ", static_cast<int>(dtype), " act ", static_cast<int>(act));
-        const Fp8BlockResult r = run_fp8_block(context.get(), memory,
-                                               {.dtype = dtype,
-                                                .tokens = 300,
-                                                .hidden = 256,
-                                                .inter = 512,
-                                                .act = act,
-                                                .force_kernel = kernel});
+        Fp8BlockCase c{.dtype = dtype,
+                       .tokens = 300,
+                       .hidden = 256,
+                       .inter = 512,
+                       .act = act,
+                       .force_kernel = kernel};
+        const Fp8BlockResult r = run_fp8_block(context.get(), memory, c);
         for (const auto* gemm : {&r.first, &r.second}) {
           CHECK(gemm->at("kernel").at("name") == kernel);
           CHECK(gemm->at("kernel").at("scales").get<std::string>().rfind("row-wise", 0) == 0);
@@ -275,14 +275,8 @@ TEST_CASE("gpu fp8: a two-layer block equals its layers compiled apart, row-wise
         CHECK(r.one_vs_two_plans <= 1e-6);
         CHECK(r.vs_fp64 <= kFp8Bound);
         // y unaligned: the second GEMM's 16-bit fallback runs, on h activated in place.
-        const Fp8BlockResult fallback = run_fp8_block(context.get(), memory,
-                                                      {.dtype = dtype,
-                                                       .tokens = 300,
-                                                       .hidden = 256,
-                                                       .inter = 512,
-                                                       .act = act,
-                                                       .force_kernel = kernel,
-                                                       .misaligned_y = true});
+        c.misaligned_y = true;
+        const Fp8BlockResult fallback = run_fp8_block(context.get(), memory, c);
         CHECK(fallback.vs_fp64 <= kFp8Bound);
         CHECK(fallback.one_vs_two_plans > 1e-6);  // not the FP8 GEMM's bits
       }
