@@ -238,11 +238,13 @@ TEST_CASE("a deferred activation whose FP8 GEMM the backend refuses runs as its 
   backend->offered = {KernelId::LtFp8E4M3, KernelId::CudaF32};
   backend->refused = KernelId::CpuRef;  // nothing offered is refused yet
   const std::int64_t tokens = 64, hidden = 128, inter = 256;
-  auto block = [&](Activation act) {
+  auto block = [&](Activation act, bool dynamic = false) {
     Graph g;
     Node first;
     first.kind = OpKind::Gemm;
-    first.a = test::add_input(g, "x", TensorType::dense(DType::F16, 2, {tokens, hidden, 0}));
+    TensorType x_type = TensorType::dense(DType::F16, 2, {tokens, hidden, 0});
+    x_type.dynamic = dynamic;
+    first.a = test::add_input(g, "x", x_type);
     first.b = test::add_input(g, "w1", TensorType::dense(DType::F16, 2, {hidden, inter, 0}));
     first.act = act;
     const ValueId h = test::add_node(g, first);
@@ -287,12 +289,16 @@ TEST_CASE("a deferred activation whose FP8 GEMM the backend refuses runs as its 
       }
     }
   }
-  // y's relative error against fp64 and the plan's steps text.
-  auto run = [&](const Plan& plan) {
-    std::vector<std::uint16_t> y(want.size(), float_to_half_bits(NAN));
+  // y's relative error against fp64 over the first `rows` tokens (a dynamic plan
+  // runs at that extent).
+  auto run = [&](const Plan& plan, std::int64_t rows) {
+    std::vector<std::uint16_t> y(static_cast<std::size_t>(rows * hidden), float_to_half_bits(NAN));
     const ge2_binding_t bindings[] = {
         {"x", x.data()}, {"w1", w1.data()}, {"w2", w2.data()}, {"y", y.data()}};
-    const_cast<Plan&>(plan).execute(bindings, 4, nullptr);
+    if (plan.max_extent() > 0)
+      const_cast<Plan&>(plan).execute_at(rows, bindings, 4, nullptr);
+    else
+      const_cast<Plan&>(plan).execute(bindings, 4, nullptr);
     double error = 0, norm = 0;
     for (std::size_t i = 0; i < y.size(); ++i) {
       const double got = half_bits_to_float(y[i]);
@@ -314,7 +320,7 @@ TEST_CASE("a deferred activation whose FP8 GEMM the backend refuses runs as its 
         std::string::npos);
   REQUIRE(backend->problems.size() >= 2);
   CHECK(backend->problems.back().a_act == Activation::GeluErf);
-  const double fp8_error = run(*kept);
+  const double fp8_error = run(*kept, tokens);
   CHECK(fp8_error > 1e-3);  // e4m3 really ran
   CHECK(fp8_error <= 0.06);
 
@@ -329,7 +335,7 @@ TEST_CASE("a deferred activation whose FP8 GEMM the backend refuses runs as its 
   CHECK(steps[1]["input_activation"].get<std::string>().find(
             "run as its own pass: lt_fp8_e4m3 was refused") != std::string::npos);
   CHECK(backend->problems.back().a_act == Activation::None);
-  const double refused_error = run(*refused);
+  const double refused_error = run(*refused, tokens);
   CHECK(refused_error <= 2e-3);  // both GEMMs 16-bit now
 
   // ReLU has a cuBLASLt epilogue: no pass to save, nothing deferred.
@@ -342,4 +348,28 @@ TEST_CASE("a deferred activation whose FP8 GEMM the backend refuses runs as its 
   CHECK(steps[0]["problem"]["activation"] == "relu");
   CHECK_FALSE(steps[0].contains("activation"));
   CHECK_FALSE(steps[1].contains("input_activation"));
+
+  // A dynamic plan decides per step list: extent 5's steps, built at its first
+  // execution, have the FP8 row refused and the pass of their own; the bound's
+  // and extent 7's defer the activation.
+  backend->refused = KernelId::LtFp8E4M3;
+  backend->refused_rows = 5;
+  const auto dynamic = compile_plan(backend, block(Activation::GeluErf, true), options);
+  REQUIRE(dynamic->max_extent() == tokens);
+  int builds = 0;
+  for (const std::int64_t rows : {tokens, std::int64_t{5}, std::int64_t{7}, std::int64_t{5}}) {
+    CAPTURE(rows);
+    backend->problems.clear();
+    const double error = run(*dynamic, rows);
+    if (rows != tokens && !backend->problems.empty())  // built now: the second GEMM's form
+      CHECK(backend->problems.back().a_act == (rows == 5 ? Activation::None : Activation::GeluErf));
+    if (rows == 5) {
+      CHECK(error <= 2e-3);
+    } else {
+      CHECK(error > 1e-3);
+      CHECK(error <= 0.06);
+    }
+    builds += !backend->problems.empty();
+  }
+  CHECK(builds == 2);  // extents 5 and 7, once each
 }
