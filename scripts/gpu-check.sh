@@ -220,9 +220,14 @@ for mode in $modes; do
     note "dynamic extent bench: exit $? ($(grep -c '"tokens"' "$OUT/dynamic_extent.log") rows)"
     ;;&
   fp8 | all)
-    # The FP8 precision policy: its GPU cases, the same under memcheck, and the FP8 block
-    # benchmark against ge2 fp16 and torch._scaled_mm (FP8_ARGS).
-    gpu_cases fp8 'gpu fp8*' 'gpu fp8: dynamic*'
+    # The FP8 precision policy: its GPU cases, the same under memcheck, the quantizer's
+    # geometries (bench/quantize_probe.cu; built on request: --target quantize_probe), and the
+    # FP8 block benchmark against ge2 fp16, the same plan without the deferred activation
+    # ("ge2 fp8 h out") and torch._scaled_mm (FP8_ARGS).
+    gpu_cases fp8 'gpu fp8*' 'gpu fp8: dynamic*,gpu fp8: a two-layer*'
+    [ -x "$BUILD/bench/quantize_probe" ] && timeout 120 "$BUILD/bench/quantize_probe" \
+      > "$OUT/quantize_probe.log" 2>&1
+    note "quantize probe: exit $? (quantize_probe.log)"
     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu \
       --format=csv -lms 1000 > "$OUT/clocks-fp8.log" 2>&1 &
     clocks_pid=$!
