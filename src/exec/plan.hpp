@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "exec/backend.hpp"
@@ -103,6 +104,18 @@ class Plan {
   std::vector<TensorType> storage_at(std::int64_t extent) const;
   // The backend copy of constant `v`; nullptr for kNoValue or a value that is no constant.
   const void* constant_data(ValueId v) const;
+  // The step of GEMM `gemm` on `kernel` with its only reader, gated_mul `reader`,
+  // computed in the epilogue (`slots`' d: the reader's slot), or nullptr and why not.
+  std::pair<std::unique_ptr<Step>, std::string> build_gated(const std::vector<TensorType>& storage,
+                                                            ValueId gemm, ValueId reader,
+                                                            GemmSlots slots, KernelId kernel,
+                                                            TuneUse tune);
+  // The step of a GEMM on `selection`'s kernel, or on the next candidate each
+  // time the backend refuses one (`selection` then says so); `deferred`: the
+  // activation of the GEMM that produced A, which an FP8 row applies
+  // (GemmProblem::a_act) and any other kernel leaves to the caller.
+  std::unique_ptr<Step> build_gemm(const GemmProblem& problem, const GemmSlots& slots,
+                                   Selection& selection, Activation deferred, TuneUse tune);
   // The GEMM that is the only reader of GEMM `gemm`, reading it as A, when it runs
   // on an FP8 row in `chosen` and `gemm`'s kernel in `chosen` runs its activation
   // as a separate pass over its result (runs_separate_activation_pass: cuBLASLt

@@ -72,15 +72,10 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
   };
   // gated_mul nodes whose multiply their GEMM's step computes.
   std::vector<bool> fused_into_gemm(static_cast<std::size_t>(graph_.size()), false);
-  // By GEMM node: the activation of the GEMM that produced its A, deferred into it
-  // (deferred_activation_reader), and the activation that GEMM then leaves out.
-  std::vector<Activation> a_act(static_cast<std::size_t>(graph_.size()), Activation::None);
-  std::vector<bool> act_deferred(static_cast<std::size_t>(graph_.size()), false);
+  // By GEMM node: the GEMM its activation is deferred into (deferred_activation_reader).
+  std::vector<ValueId> deferred_to(static_cast<std::size_t>(graph_.size()), kNoValue);
   for (ValueId id = 0; id < graph_.size(); ++id)
-    if (const ValueId reader = deferred_activation_reader(id, chosen); reader != kNoValue) {
-      a_act[static_cast<std::size_t>(reader)] = graph_.node(id).act;
-      act_deferred[static_cast<std::size_t>(id)] = true;
-    }
+    deferred_to[static_cast<std::size_t>(id)] = deferred_activation_reader(id, chosen);
   // The plan text is built only when asked for: steps rebuilt at a new extent and
   // one-shot plans are never shown, and their text costs more than their steps.
   const bool describe = steps_json != nullptr;
@@ -112,7 +107,7 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
                    {"output", storage[static_cast<std::size_t>(id)].shape_string()}};
     if (node.is_gemm_family()) {
       GemmProblem problem = make_gemm_problem(graph_, id, storage);
-      if (act_deferred[static_cast<std::size_t>(id)]) {
+      if (deferred_to[static_cast<std::size_t>(id)] != kNoValue) {
         problem.act = Activation::None;
         note("activation", [&] {
           return fmt::format(
@@ -121,7 +116,11 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
               activation_name(node.act));
         });
       }
-      const Activation deferred = a_act[static_cast<std::size_t>(id)];
+      // The activation of the GEMM that produced A, when it is deferred into this one.
+      const Activation deferred =
+          node.a != kNoValue && deferred_to[static_cast<std::size_t>(node.a)] == id
+              ? graph_.node(node.a).act
+              : Activation::None;
       Selection selection = chosen[static_cast<std::size_t>(id)];
       const auto prepared = b_prepared_slot_.find(id);
       GemmSlots slots{slot_for(node.a),
@@ -131,19 +130,7 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
                       slot,
                       scratch_slot_,
                       prepared == b_prepared_slot_.end() ? -1 : prepared->second};
-      std::unique_ptr<Step> step;
-      // Each refusal removes one candidate, so this ends: with a step, or with
-      // GE2_ERROR_UNSUPPORTED when none is left or the kernel was forced.
-      while (!step) {
-        try {
-          GemmProblem attempt = problem;
-          if (is_fp8_kernel(selection.kernel)) attempt.a_act = deferred;
-          step = backend.make_gemm(attempt, slots, selection.kernel, selection.staged, tune);
-        } catch (const Error& error) {
-          if (error.status() != GE2_ERROR_UNSUPPORTED && error.status() != GE2_ERROR_CUBLAS) throw;
-          refuse_and_reselect(selection, problem, options_.policy, error.what());
-        }
-      }
+      std::unique_ptr<Step> step = build_gemm(problem, slots, selection, deferred, tune);
       if (deferred != Activation::None && !is_fp8_kernel(selection.kernel)) {
         // The FP8 row that was to apply it was refused here: A is activated in
         // place first (the pass its producer would have run).
@@ -172,20 +159,10 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
           reader != kNoValue && has_gated_epilogue(selection.kernel)) {
         GemmSlots fused_slots = slots;
         fused_slots.d = slot_for(reader);
-        const auto prepared_gated = gated_prepared_slot_.find(id);
-        fused_slots.b_prepared =
-            prepared_gated == gated_prepared_slot_.end() ? -1 : prepared_gated->second;
-        const GemmProblem gated = gated_problem(storage, id, reader);
-        std::string refusal = gated_epilogue_problem(gated, selection.kernel);
-        std::unique_ptr<Step> fused;
-        if (refusal.empty()) {
-          try {
-            fused = backend.make_gemm(gated, fused_slots, selection.kernel, false, tune);
-          } catch (const Error& error) {
-            if (error.status() != GE2_ERROR_UNSUPPORTED) throw;
-            refusal = error.what();
-          }
-        }
+        // Not a structured binding: the plan-text lambdas capture them (clang 14).
+        auto gated = build_gated(storage, id, reader, fused_slots, selection.kernel, tune);
+        std::unique_ptr<Step> fused = std::move(gated.first);
+        const std::string refusal = std::move(gated.second);
         if (!fused) {
           note("gated_epilogue",
                [&] { return fmt::format("gated_mul #{} not fused: {}", reader, refusal); });
@@ -214,6 +191,38 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
     }
   }
   return list;
+}
+
+std::pair<std::unique_ptr<Step>, std::string> Plan::build_gated(
+    const std::vector<TensorType>& storage, ValueId gemm, ValueId reader, GemmSlots slots,
+    KernelId kernel, TuneUse tune) {
+  const auto prepared = gated_prepared_slot_.find(gemm);
+  slots.b_prepared = prepared == gated_prepared_slot_.end() ? -1 : prepared->second;
+  const GemmProblem gated = gated_problem(storage, gemm, reader);
+  if (std::string refusal = gated_epilogue_problem(gated, kernel); !refusal.empty())
+    return {nullptr, refusal};
+  try {
+    return {backend_->make_gemm(gated, slots, kernel, false, tune), ""};
+  } catch (const Error& error) {
+    if (error.status() != GE2_ERROR_UNSUPPORTED) throw;
+    return {nullptr, error.what()};
+  }
+}
+
+std::unique_ptr<Step> Plan::build_gemm(const GemmProblem& problem, const GemmSlots& slots,
+                                       Selection& selection, Activation deferred, TuneUse tune) {
+  // Each refusal removes one candidate, so this ends: with a step, or with
+  // GE2_ERROR_UNSUPPORTED when none is left or the kernel was forced.
+  while (true) {
+    try {
+      GemmProblem attempt = problem;
+      if (is_fp8_kernel(selection.kernel)) attempt.a_act = deferred;
+      return backend_->make_gemm(attempt, slots, selection.kernel, selection.staged, tune);
+    } catch (const Error& error) {
+      if (error.status() != GE2_ERROR_UNSUPPORTED && error.status() != GE2_ERROR_CUBLAS) throw;
+      refuse_and_reselect(selection, problem, options_.policy, error.what());
+    }
+  }
 }
 
 ValueId Plan::deferred_activation_reader(ValueId gemm, const std::vector<Selection>& chosen) const {
