@@ -73,6 +73,16 @@ GemmProblem make_gemm_problem(const Graph& graph, ValueId d,
   return p;
 }
 
+ElementwiseProblem activation_in_place(DType dtype, std::int64_t batch, const MatrixView& view,
+                                       Activation act) {
+  ElementwiseProblem pass;
+  pass.x = TensorType::dense(dtype, 3, {batch, view.rows, view.cols});
+  pass.x.strides = {view.batch_stride, view.row_stride, view.col_stride};
+  pass.out = pass.x;
+  pass.act = act;
+  return pass;
+}
+
 std::pair<ElementwiseProblem, ValueId> make_elementwise_problem(
     const Graph& graph, ValueId id, const std::vector<TensorType>& storage) {
   const Node& node = graph.node(id);

@@ -93,6 +93,12 @@ struct ElementwiseProblem {
   }
 };
 
+// act over `batch` matrices laid out as `view`, in place: the pass after a GEMM
+// whose kernel has no epilogue for its activation, or over an A whose producer's
+// activation was deferred (plan_steps.cpp) when a step cannot apply it.
+ElementwiseProblem activation_in_place(DType dtype, std::int64_t batch, const MatrixView& view,
+                                       Activation act);
+
 // The elementwise step of node `id` (a bias add, an activation, an add, a multiply
 // or a gated multiply) and the value its y operand reads. Any other kind is
 // GE2_ERROR_INTERNAL, never a silent substitute.

@@ -40,18 +40,6 @@ GemmProblem quantized_problem(const GemmProblem& p) {
   return q;
 }
 
-// a_act over A as stored, in place: what the fallback reads.
-ElementwiseProblem a_activation_pass(const GemmProblem& p) {
-  ElementwiseProblem pass;
-  // A read by every batch (stride 0) is activated once.
-  const std::int64_t batches = p.a.batch_stride == 0 ? 1 : p.batch;
-  pass.x = TensorType::dense(p.dtype, 3, {batches, p.a.rows, p.a.cols});
-  pass.x.strides = {p.a.batch_stride, p.a.row_stride, p.a.col_stride};
-  pass.out = pass.x;
-  pass.act = p.a_act;
-  return pass;
-}
-
 // One operand in the layout of fp8_operand_bytes: its row scales, then its e4m3 rows.
 struct Fp8Operand {
   float* scales;
@@ -94,7 +82,11 @@ class Fp8GemmStep final : public Step {
       choice_ = chooser.heuristic(matmul_, 16, true);
     }
     if (matmul_.needs_separate_activation()) activation_ = matmul_.activation_pass();
-    if (problem_.a_act != Activation::None) a_activation_ = a_activation_pass(problem);
+    // A as stored, activated in place for the fallback; A read by every batch
+    // (stride 0) once.
+    if (problem.a_act != Activation::None)
+      a_activation_ = activation_in_place(
+          problem.dtype, problem.a.batch_stride == 0 ? 1 : problem.batch, problem.a, problem.a_act);
   }
 
   void run(const ExecState& s) override {

@@ -83,13 +83,7 @@ EpilogueChoice choose_epilogue(bool bias, Activation act) {
 }  // namespace
 
 ElementwiseProblem LtMatmul::activation_pass() const {
-  const GemmProblem& p = problem_;
-  ElementwiseProblem pass;
-  pass.x = TensorType::dense(p.dtype, 3, {p.batch, p.m, p.n});
-  pass.x.strides = {p.d.batch_stride, p.d.row_stride, p.d.col_stride};
-  pass.out = pass.x;
-  pass.act = p.act;
-  return pass;
+  return activation_in_place(problem_.dtype, problem_.batch, problem_.d, problem_.act);
 }
 
 LtMatmulTypes LtMatmul::types() const {
