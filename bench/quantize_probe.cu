@@ -2,7 +2,7 @@
 // form (src/backends/cuda/fp8_quantize_rows.cuh: threads per block, 16-byte
 // words per thread, kept as floats or as the loaded words) reads a 16-bit
 // operand fastest, plain and applying erf GELU (the activation a plan defers
-// into it)? Run 29c measured the library's at about 1.9 TB/s on the H100. The
+// into it)? Run 30 (H100) chose the library's per activation (LibraryShortRows). The
 // source rotates through copies spanning 4x L2 (as an activation just written
 // by another GEMM would mostly come from memory); each variant runs R launches
 // between two events (bench/group_timer.hpp), median of rounds, order rotated
@@ -41,8 +41,8 @@ struct Variant {
 };
 
 template <typename Cfg, typename Act>
-Variant variant(int sm_count) {
-  return {fmt::format("{}x{}{}", Cfg::kThreads, Cfg::kGroups, Cfg::kRaw ? " raw" : ""),
+Variant variant(int sm_count, const char* prefix = "") {
+  return {fmt::format("{}{}x{}{}", prefix, Cfg::kThreads, Cfg::kGroups, Cfg::kRaw ? " raw" : ""),
           Cfg::kMaxCols,
           [sm_count](const __half* src, quantize::View v, __nv_fp8_storage_t* dst, float* scales,
                      cudaStream_t stream) {
@@ -58,7 +58,8 @@ Variant variant(int sm_count) {
 template <typename Act>
 std::vector<Variant> variants(int sm_count) {
   using quantize::ShortRows;
-  return {variant<ShortRows<256, 8, false>, Act>(sm_count),
+  return {variant<quantize::LibraryShortRows<Act>, Act>(sm_count, "library "),
+          variant<ShortRows<256, 8, false>, Act>(sm_count),
           variant<ShortRows<256, 8, true>, Act>(sm_count),
           variant<ShortRows<128, 16, true>, Act>(sm_count),
           variant<ShortRows<512, 4, false>, Act>(sm_count),

@@ -16,15 +16,6 @@
 #include "backends/cuda/launch_geometry.cuh"
 
 namespace ge2::cuda {
-namespace {
-
-// The register form the library runs: 256 threads, up to 8 words of 8 elements
-// each, kept as floats (rows up to 16384 elements: K of FFN layers). Run 29c
-// (H100) measured it at about 1.9 TB/s on 90-128 MB operands;
-// bench/quantize_probe.cu times the other geometries.
-using LibraryShortRows = quantize::ShortRows<256, 8, false>;
-
-}  // namespace
 
 void launch_quantize_e4m3_rows(DType dtype, const MatrixView& src, const void* src_data,
                                std::uint8_t* dst, float* row_scales, int sm_count,
@@ -42,12 +33,13 @@ void launch_quantize_e4m3_rows(DType dtype, const MatrixView& src, const void* s
     if constexpr (!std::is_same_v<T, float>) {
       const auto* typed = static_cast<const T*>(src_data);
       auto* out = reinterpret_cast<__nv_fp8_storage_t*>(dst);
-      if (vectorized && src.cols <= LibraryShortRows::kMaxCols) {
+      if (vectorized && src.cols <= quantize::kLibraryShortRowsMaxCols) {
         visit_activation(act, [&](auto functor) {
-          GE2_CUDA_CHECK(launch_dependent(
-              true, quantize::short_rows_kernel<T, LibraryShortRows, decltype(functor)>,
-              dim3(blocks), dim3(LibraryShortRows::kThreads), 0, stream, typed, view, out,
-              row_scales, functor));
+          using Act = decltype(functor);
+          using Cfg = quantize::LibraryShortRows<Act>;
+          GE2_CUDA_CHECK(launch_dependent(true, quantize::short_rows_kernel<T, Cfg, Act>,
+                                          dim3(blocks), dim3(Cfg::kThreads), 0, stream, typed, view,
+                                          out, row_scales, functor));
         });
         return;
       }

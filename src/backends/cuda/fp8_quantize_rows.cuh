@@ -112,6 +112,19 @@ struct ShortRows {
   static constexpr long long kMaxCols = static_cast<long long>(kThreads) * kVector * kGroups;
 };
 
+// The geometry the library runs (fp8_quantize.cu), per activation. Run 30 (H100,
+// bench/quantize_probe, 2048 x 11008 f16): a plain operand is read fastest kept as
+// the loaded words (256 x 8: 2.7 TB/s against 1.8 as floats; half the registers,
+// more rows in flight); with an activation, which the raw form would evaluate
+// twice, kept as floats over 512 threads x 4 words (1.7 TB/s against 1.6).
+template <typename Act>
+using LibraryShortRows = std::conditional_t<std::is_same_v<Act, Identity>, ShortRows<256, 8, true>,
+                                            ShortRows<512, 4, false>>;
+constexpr long long kLibraryShortRowsMaxCols = 16384;
+static_assert(LibraryShortRows<Identity>::kMaxCols == kLibraryShortRowsMaxCols &&
+                  LibraryShortRows<GeluErf>::kMaxCols == kLibraryShortRowsMaxCols,
+              "the launcher decides the register form before it knows the activation's type");
+
 // Rows of at most Cfg::kMaxCols elements: each thread keeps its groups in
 // registers between the amax and the conversion, so a row is read once and all
 // its loads are in flight together.
