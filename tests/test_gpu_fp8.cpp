@@ -160,7 +160,7 @@ TEST_CASE(
   CHECK(kept_gate.at("worst_channel_error").get<double>() < kFp8Bound);
   CHECK(kept.run(memory, 64).vs_fp64 <= kFp8Bound);
 
-  // A budget below e4m3's error: both FP8 rows are gated and refused.
+  // A budget below e4m3's error: every FP8 row is gated and refused.
   Fp8LayerCase tight = c;
   tight.max_error = 1e-3f;
   Fp8Layer fallback(context.get(), tight);
@@ -170,12 +170,14 @@ TEST_CASE(
   for (const auto& bucket : fallback_plan.at("dynamic").at("buckets"))
     CHECK(bucket.at("gemms").at(0).at("kernel").get<std::string>().rfind("lt_fp8", 0) ==
           std::string::npos);
-  // Both FP8 rows were gated once each and refused, fast accumulation first.
+  // Every FP8 row was gated once and refused: the weight-only decode row (the small
+  // buckets' choice), then the row-wise rows, fast accumulation first.
   const auto attempts = fallback_plan.at("fp8").at("layers");
   MESSAGE("gate attempts: " << attempts.dump());
-  REQUIRE(attempts.size() == 2);
-  CHECK(attempts[0].at("kernel") == "lt_fp8_e4m3_fast");
-  CHECK(attempts[1].at("kernel") == "lt_fp8_e4m3");
+  REQUIRE(attempts.size() == 3);
+  CHECK(attempts[0].at("kernel") == "cuda_skinny_fp8w");
+  CHECK(attempts[1].at("kernel") == "lt_fp8_e4m3_fast");
+  CHECK(attempts[2].at("kernel") == "lt_fp8_e4m3");
   for (const auto& attempt : attempts)
     CHECK(attempt.at("decision").get<std::string>().rfind("fallback to ", 0) == 0);
   CHECK(fallback.run(memory, 64).vs_fp64 <= gpu_tolerance(c.dtype, nullptr));
@@ -280,5 +282,111 @@ TEST_CASE("gpu fp8: a two-layer block equals its layers compiled apart, row-wise
         CHECK(fallback.vs_fp64 <= kFp8Bound);
         CHECK(fallback.one_vs_two_plans > 1e-6);  // not the FP8 GEMM's bits
       }
+}
+#endif  // GE2_TEST_WITH_CUDA
+
+#ifdef GE2_TEST_WITH_CUDA
+TEST_CASE("gpu fp8: cuda_skinny_fp8w runs decode rows on the e4m3 weight, A in 16 bits") {
+  if (skip_without_fp8()) return;
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  // Untuned, allow_fp8 alone: the model takes the weight-only row at decode sizes
+  // (half the weight bytes) and the gate keeps it.
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
+    for (std::int64_t m : {1, 2, 7, 16}) {
+      Fp8LayerCase c{.dtype = dtype, .m = m, .n = 2048, .k = 1024, .act = GE2_ACT_GELU_ERF};
+      INFO(c.label());
+      Fp8Layer layer(context.get(), c);
+      CHECK(step_kernel(layer) == "cuda_skinny_fp8w");
+      const auto gate = plan_of(layer).at("fp8").at("layers").at(0);
+      CHECK(gate.at("decision") == "kept");
+      CHECK(gate.at("calibration_rows") == 256);  // in slices of 16 rows
+      const Fp8Layer::Errors errors = layer.run(memory, m);
+      // Only the weight is rounded to e4m3: y is the fp64 layer on that weight up to
+      // the 16-bit output's rounding, and closer to fp64 than e4m3 on both operands.
+      CHECK(errors.vs_e4m3_weight_reference <= tolerance(dtype));
+      CHECK(errors.vs_fp64 <= kFp8Bound);
+      CHECK(errors.vs_fp64 > 1e-3);  // the weight was rounded: not the 16-bit GEMM
+    }
+  // Forced: every activation, residual, partial column tiles, K not a multiple of
+  // 32 and a K split over blocks (5120 x 8192 at 4 rows fills 1-2 waves).
+  struct Size {
+    std::int64_t m, n, k;
+  };
+  const Size sizes[] = {
+      {1, 1064, 64}, {3, 2056, 1040}, {9, 1104, 208}, {16, 4096, 512}, {4, 5120, 8192}};
+  int runs = 0;
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
+    for (const Size& size : sizes)
+      for (ge2_activation_t act :
+           {GE2_ACT_NONE, GE2_ACT_RELU, GE2_ACT_GELU_ERF, GE2_ACT_GELU_TANH, GE2_ACT_SILU})
+        for (bool residual : {false, true}) {
+          // The largest weight (its fp64 references take seconds) with two activations.
+          if (size.k == 8192 && act != GE2_ACT_NONE && act != GE2_ACT_SILU) continue;
+          Fp8LayerCase c{.dtype = dtype,
+                         .m = size.m,
+                         .n = size.n,
+                         .k = size.k,
+                         .act = act,
+                         .residual = residual,
+                         .force_kernel = "cuda_skinny_fp8w"};
+          INFO(c.label());
+          Fp8Layer layer(context.get(), c);
+          REQUIRE(step_kernel(layer) == "cuda_skinny_fp8w");
+          if (size.k == 8192 && act == GE2_ACT_NONE && !residual)
+            MESSAGE("5120 x 8192 at 4 rows: "
+                    << plan_of(layer).at("steps").at(0).at("kernel").at("configuration"));
+          const Fp8Layer::Errors errors = layer.run(memory, size.m);
+          CHECK(errors.vs_e4m3_weight_reference <= tolerance(dtype));
+          CHECK(errors.vs_fp64 <= kFp8Bound);
+          ++runs;
+        }
+  MESSAGE("cuda_skinny_fp8w layers run: " << runs);
+
+  // A dynamic plan: the weight-only row for buckets of up to 16 rows, the model's
+  // choice above (at the bound of 300 rows a 16-bit kernel: FP8 is not rated faster
+  // there), the gate deciding once for the GEMM.
+  for (bool replay : {false, true}) {
+    Fp8LayerCase c{.dtype = GE2_DTYPE_F16,
+                   .m = 300,
+                   .n = 2048,
+                   .k = 1024,
+                   .act = GE2_ACT_SILU,
+                   .residual = true,
+                   .dynamic = true,
+                   .graph_replay = replay};
+    Fp8Layer layer(context.get(), c);
+    const auto buckets = plan_of(layer).at("dynamic").at("buckets");
+    CHECK(buckets.front().at("gemms").at(0).at("kernel") == "cuda_skinny_fp8w");
+    CHECK(buckets.back().at("gemms").at(0).at("kernel") != "cuda_skinny_fp8w");
+    for (std::int64_t rows : {1, 5, 16, 17, 300, 2}) {
+      INFO("rows ", rows);
+      const Fp8Layer::Errors errors = layer.run(memory, rows);
+      CHECK(errors.vs_fp64 <= kFp8Bound);
+      if (rows <= 16) CHECK(errors.vs_e4m3_weight_reference <= tolerance(c.dtype));
+    }
+  }
+
+  // A weight bound per execution has no e4m3 copy made at compile: not this row.
+  Fp8LayerCase bound{.m = 4, .n = 2048, .k = 1024, .weight_input = true};
+  Fp8Layer chosen(context.get(), bound);
+  CHECK(step_kernel(chosen) != "cuda_skinny_fp8w");
+  CHECK(chosen.run(memory, 4).vs_fp64 <= kFp8Bound);
+
+  // Two layers on the row: nothing is deferred (A is not quantized), and the block
+  // equals its layers compiled apart.
+  Fp8BlockCase block{.dtype = GE2_DTYPE_BF16,
+                     .tokens = 8,
+                     .hidden = 1088,
+                     .inter = 2048,
+                     .act = GE2_ACT_GELU_ERF,
+                     .force_kernel = "cuda_skinny_fp8w"};
+  const Fp8BlockResult r = run_fp8_block(context.get(), memory, block);
+  CHECK(r.first.at("kernel").at("name") == "cuda_skinny_fp8w");
+  CHECK(r.second.at("kernel").at("name") == "cuda_skinny_fp8w");
+  CHECK_FALSE(r.first.contains("activation"));
+  CHECK_FALSE(r.second.contains("input_activation"));
+  CHECK(r.one_vs_two_plans <= 1e-6);
+  CHECK(r.vs_fp64 <= kFp8Bound);
 }
 #endif  // GE2_TEST_WITH_CUDA

@@ -23,10 +23,10 @@ namespace {
 // and runs every other kernel on the CPU reference (the FP8 rows on cpu_fp8_ref).
 class RefusingBackend final : public Backend {
  public:
-  RefusingBackend() {
+  explicit RefusingBackend(int sm_count = 132) {
     device_.has_cuda = true;
     device_.cc_major = 9;
-    device_.sm_count = 132;
+    device_.sm_count = sm_count;
     device_.memory_bandwidth_gbs = 4000;
   }
   ge2_device_kind_t kind() const override { return GE2_DEVICE_CPU; }
@@ -372,4 +372,101 @@ TEST_CASE("a deferred activation whose FP8 GEMM the backend refuses runs as its 
     builds += !backend->problems.empty();
   }
   CHECK(builds == 2);  // extents 5 and 7, once each
+}
+
+TEST_CASE(
+    "the weight-only FP8 row is gated on slices of 16 rows and never takes a deferred "
+    "activation") {
+  // h = gelu_erf(x w1) with w1 bound per execution (so on lt_f16, whose erf runs as a
+  // pass of its own), y = h w2ᵀ with w2 a constant nn.Linear weight: at 8 tokens the
+  // second GEMM takes cuda_skinny_fp8w (emulated on cpu_fp8_ref). It reads h as
+  // stored, so the first GEMM keeps its activation; the gate measured 256 rows
+  // through 16 steps of 16.
+  auto backend = std::make_shared<RefusingBackend>(8);  // 8 SMs: 128 columns fill them
+  backend->offered = {KernelId::LtF16, KernelId::CudaSkinnyFp8W, KernelId::CudaF32};
+  backend->refused = KernelId::CpuRef;  // nothing offered is refused
+  const std::int64_t tokens = 8, hidden = 128, inter = 256;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  auto random_f16 = [&](std::size_t count, float scale) {
+    std::vector<std::uint16_t> values(count);
+    for (auto& v : values) v = float_to_half_bits(scale * dist(rng));
+    return values;
+  };
+  auto x = random_f16(static_cast<std::size_t>(tokens * hidden), 1.0f);
+  auto w1 = random_f16(static_cast<std::size_t>(hidden * inter), 0.0884f);
+  auto w2 = random_f16(static_cast<std::size_t>(hidden * inter), 0.0625f);  // [hidden, inter]
+  Graph g;
+  Node first;
+  first.kind = OpKind::Gemm;
+  first.a = test::add_input(g, "x", TensorType::dense(DType::F16, 2, {tokens, hidden, 0}));
+  first.b = test::add_input(g, "w1", TensorType::dense(DType::F16, 2, {hidden, inter, 0}));
+  first.act = Activation::GeluErf;
+  const ValueId h = test::add_node(g, first);
+  Node weight;
+  weight.kind = OpKind::Constant;
+  weight.input_name = "w2";
+  weight.type = TensorType::dense(DType::F16, 2, {hidden, inter, 0});
+  weight.constant_data = std::make_shared<std::vector<unsigned char>>(
+      reinterpret_cast<const unsigned char*>(w2.data()),
+      reinterpret_cast<const unsigned char*>(w2.data() + w2.size()));
+  Node second;
+  second.kind = OpKind::Gemm;
+  second.a = h;
+  second.b = g.add(weight);
+  second.gemm.trans_b = true;
+  g.add_output({test::add_node(g, second), "y", std::nullopt});
+  CompileOptions options;
+  options.policy.allow_fp8 = true;
+  const auto plan = compile_plan(backend, g, options);
+  const auto text = nlohmann::json::parse(plan->description());
+  const auto& steps = text["steps"];
+  REQUIRE(steps.size() == 2);
+  CHECK(steps[0]["selection"]["kernel"] == "lt_f16");
+  CHECK(steps[1]["selection"]["kernel"] == "cuda_skinny_fp8w");
+  CHECK(steps[0]["problem"]["activation"] == "gelu_erf");  // kept: nothing deferred
+  CHECK_FALSE(steps[0].contains("activation"));
+  CHECK_FALSE(steps[1].contains("input_activation"));
+  const auto& layer = text["fp8"]["layers"][0];
+  CHECK(layer["kernel"] == "cuda_skinny_fp8w");
+  CHECK(layer["decision"] == "kept");
+  CHECK(layer["calibration_rows"] == 256);
+  CHECK(layer["scales"].get<std::string>().find("the activation stays 16-bit") !=
+        std::string::npos);
+  int slices = 0, plan_steps = 0;
+  for (const GemmProblem& p : backend->problems) {
+    if (p.n != hidden) continue;
+    CHECK(p.a_act == Activation::None);
+    slices += p.m == 16;
+    plan_steps += p.m == tokens;
+  }
+  CHECK(slices == 16);
+  CHECK(plan_steps == 1);
+
+  std::vector<std::uint16_t> y(static_cast<std::size_t>(tokens * hidden), float_to_half_bits(NAN));
+  const ge2_binding_t bindings[] = {{"x", x.data()}, {"w1", w1.data()}, {"y", y.data()}};
+  plan->execute(bindings, 3, nullptr);
+  double error = 0, norm = 0;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    std::vector<double> hv(static_cast<std::size_t>(inter));
+    for (std::int64_t j = 0; j < inter; ++j) {
+      double sum = 0;
+      for (std::int64_t k = 0; k < hidden; ++k)
+        sum += double(half_bits_to_float(x[static_cast<std::size_t>(t * hidden + k)])) *
+               half_bits_to_float(w1[static_cast<std::size_t>(k * inter + j)]);
+      hv[static_cast<std::size_t>(j)] = 0.5 * sum * (1.0 + std::erf(sum / std::sqrt(2.0)));
+    }
+    for (std::int64_t j = 0; j < hidden; ++j) {
+      double want = 0;
+      for (std::int64_t k = 0; k < inter; ++k)
+        want += hv[static_cast<std::size_t>(k)] *
+                half_bits_to_float(w2[static_cast<std::size_t>(j * inter + k)]);
+      const double got = half_bits_to_float(y[static_cast<std::size_t>(t * hidden + j)]);
+      error += (got - want) * (got - want);
+      norm += want * want;
+    }
+  }
+  const double relative = std::sqrt(error / norm);
+  CHECK(relative > 1e-3);  // e4m3 really ran
+  CHECK(relative <= 0.06);
 }

@@ -662,7 +662,9 @@ TEST_CASE("gemm problem: op(A) and op(B) read a transposed operand through swapp
   CHECK(b.col_stride == 1);
 }
 
-TEST_CASE("selector: allow_fp8 takes e4m3 where the model rates it faster, never at decode sizes") {
+TEST_CASE(
+    "selector: allow_fp8 takes e4m3 where the model rates it faster; at decode sizes only the "
+    "weight") {
   const DeviceInfo h200 = synthetic_h200();
   SelectionPolicy fp8;
   fp8.allow_fp8 = true;
@@ -677,9 +679,34 @@ TEST_CASE("selector: allow_fp8 takes e4m3 where the model rates it faster, never
   CHECK(s.why.find("allow_fp8: estimated") != std::string::npos);
   CHECK(candidate(s, KernelId::LtFp8E4M3).reason.find("e4m3 quantization of A") !=
         std::string::npos);
-  // Decode sizes and small problems stay 16-bit, with the FP8 estimate in the reason.
-  s = select_gemm_kernel(weights(problem(DType::BF16, 16, 4096, 4096)), h200, fp8);
-  CHECK(s.kernel != KernelId::LtFp8E4M3);
+  // Decode sizes take the weight-only row: half the weight bytes, A in 16 bits. The
+  // row-wise rows, which pay a quantization of A and a longer launch there, do not.
+  for (std::int64_t rows : {1, 8, 16}) {
+    s = select_gemm_kernel(weights(problem(DType::BF16, rows, 4096, 4096)), h200, fp8);
+    CHECK(s.kernel == KernelId::CudaSkinnyFp8W);
+    CHECK(candidate(s, KernelId::CudaSkinnyFp8W).estimated_us <
+          0.6 * candidate(s, KernelId::LtBf16).estimated_us);
+  }
+  // It takes at most 16 rows, a constant weight, a row-major A with 16-byte rows, and
+  // enough columns for half the SMs.
+  s = select_gemm_kernel(weights(problem(DType::BF16, 17, 4096, 4096)), h200, fp8);
+  CHECK(candidate(s, KernelId::CudaSkinnyFp8W).reason == "M = 17 is more rows than it takes (16)");
+  GemmProblem bound_weight = weights(problem(DType::F16, 8, 4096, 4096));
+  bound_weight.b_constant = false;
+  CHECK(candidate(select_gemm_kernel(bound_weight, h200, fp8), KernelId::CudaSkinnyFp8W)
+            .reason.find("B is not a constant") == 0);
+  GemmProblem column_major_a = weights(problem(DType::F16, 8, 4096, 4096));
+  column_major_a.trans_a = true;
+  column_major_a.a = {1, 4096, 8, 0, 8, 1};
+  CHECK(candidate(select_gemm_kernel(column_major_a, h200, fp8), KernelId::CudaSkinnyFp8W)
+            .reason.find("op(A) is not row-major") == 0);
+  s = select_gemm_kernel(weights(problem(DType::F16, 8, 512, 4096)), h200, fp8);
+  CHECK(candidate(s, KernelId::CudaSkinnyFp8W).reason.find("fewer than half the") !=
+        std::string::npos);
+  // Small problems the weight-only row cannot take stay 16-bit, with the FP8 estimate
+  // in the reason.
+  s = select_gemm_kernel(weights(problem(DType::BF16, 64, 512, 512)), h200, fp8);
+  CHECK(s.kernel == KernelId::LtBf16);
   CHECK(s.why.find("lt_fp8_e4m3_fast estimated slower") != std::string::npos);
   // Without the policy, on f32, with K not a multiple of 16, or before compute capability 9.0
   // (cuBLASLt's outer-vector scales): no FP8.
@@ -695,6 +722,10 @@ TEST_CASE("selector: allow_fp8 takes e4m3 where the model rates it faster, never
   ada.cc_minor = 9;
   s = select_gemm_kernel(weights(problem(DType::F16, 4096, 4096, 4096)), ada, fp8);
   CHECK(candidate(s, KernelId::LtFp8E4M3).reason.find("9.0") != std::string::npos);
+  // The weight-only row widens e4m3 with cvt (compute capability 8.9 and later).
+  CHECK(candidate(select_gemm_kernel(weights(problem(DType::F16, 8, 4096, 4096)), ada, fp8),
+                  KernelId::CudaSkinnyFp8W)
+            .feasible);
   // Quantizing a B that is not a constant costs one more pass: the estimate says so.
   GemmProblem input_b = weights(problem(DType::F16, 4096, 4096, 4096));
   input_b.b_constant = false;

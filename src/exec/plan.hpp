@@ -112,17 +112,17 @@ class Plan {
                                                             TuneUse tune);
   // The step of a GEMM on `selection`'s kernel, or on the next candidate each
   // time the backend refuses one (`selection` then says so); `deferred`: the
-  // activation of the GEMM that produced A, which an FP8 row applies
-  // (GemmProblem::a_act) and any other kernel leaves to the caller.
+  // activation of the GEMM that produced A, which an FP8 row that quantizes A
+  // applies (quantizes_a, GemmProblem::a_act) and any other kernel leaves to the caller.
   std::unique_ptr<Step> build_gemm(const GemmProblem& problem, const GemmSlots& slots,
                                    Selection& selection, Activation deferred, TuneUse tune);
   // The GEMM that is the only reader of GEMM `gemm`, reading it as A, when it runs
-  // on an FP8 row in `chosen` and `gemm`'s kernel in `chosen` runs its activation
-  // as a separate pass over its result (runs_separate_activation_pass: cuBLASLt
-  // and erf GELU): that row's quantization pass, which reads A anyway, applies
-  // the activation (GemmProblem::a_act) and `gemm` leaves it out. The stored
-  // intermediate is then the pre-activation, which nothing else reads, and the
-  // FP8 GEMM sees the very values the pass would have stored. Else kNoValue.
+  // on an FP8 row that quantizes A (quantizes_a) in `chosen` and `gemm`'s kernel in `chosen` runs
+  // its activation as a separate pass over its result (runs_separate_activation_pass: cuBLASLt and
+  // erf GELU): that row's quantization pass, which reads A anyway, applies the activation
+  // (GemmProblem::a_act) and `gemm` leaves it out. The stored intermediate is then the
+  // pre-activation, which nothing else reads, and the FP8 GEMM sees the very values the pass would
+  // have stored. Else kNoValue.
   ValueId deferred_activation_reader(ValueId gemm, const std::vector<Selection>& chosen) const;
   // The gated_mul that is the only reader of GEMM `gemm`, when the GEMM could
   // compute it in its epilogue (no C, no activation of its own, constant B and

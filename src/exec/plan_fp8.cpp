@@ -64,16 +64,19 @@ nlohmann::json Plan::apply_fp8_policy() {
         if (!measured) return nlohmann::json("not measured");
         return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json("not finite");
       };
-      nlohmann::json layer{{"node", id},
-                           {"kernel", kernel_name(*fp8)},
-                           {"scales",
-                            "row-wise (amax / 448): per output channel of the weight at "
-                            "compile, per row of the activation every execution"},
-                           {"calibration_rows", gate.rows},
-                           {"compared_with", kernel_name(gate.reference)},
-                           {"relative_error", number(gate.relative_error)},
-                           {"worst_channel_error", number(gate.worst_channel_error)},
-                           {"max_error", policy.fp8_max_error}};
+      nlohmann::json layer{
+          {"node", id},
+          {"kernel", kernel_name(*fp8)},
+          {"scales", kernel_info(*fp8).fp8_weight_only
+                         ? "per output channel of the weight (amax / 448) at compile; "
+                           "the activation stays 16-bit"
+                         : "row-wise (amax / 448): per output channel of the weight at "
+                           "compile, per row of the activation every execution"},
+          {"calibration_rows", gate.rows},
+          {"compared_with", kernel_name(gate.reference)},
+          {"relative_error", number(gate.relative_error)},
+          {"worst_channel_error", number(gate.worst_channel_error)},
+          {"max_error", policy.fp8_max_error}};
       if (passed) {
         layer["decision"] = "kept";
         kept.insert(*fp8);

@@ -131,7 +131,7 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
                       scratch_slot_,
                       prepared == b_prepared_slot_.end() ? -1 : prepared->second};
       std::unique_ptr<Step> step = build_gemm(problem, slots, selection, deferred, tune);
-      if (deferred != Activation::None && !is_fp8_kernel(selection.kernel)) {
+      if (deferred != Activation::None && !quantizes_a(selection.kernel)) {
         // The FP8 row that was to apply it was refused here: A is activated in
         // place first (the pass its producer would have run).
         ElementwiseProblem pass;
@@ -216,7 +216,7 @@ std::unique_ptr<Step> Plan::build_gemm(const GemmProblem& problem, const GemmSlo
   while (true) {
     try {
       GemmProblem attempt = problem;
-      if (is_fp8_kernel(selection.kernel)) attempt.a_act = deferred;
+      if (quantizes_a(selection.kernel)) attempt.a_act = deferred;
       return backend_->make_gemm(attempt, slots, selection.kernel, selection.staged, tune);
     } catch (const Error& error) {
       if (error.status() != GE2_ERROR_UNSUPPORTED && error.status() != GE2_ERROR_CUBLAS) throw;
@@ -234,7 +234,7 @@ ValueId Plan::deferred_activation_reader(ValueId gemm, const std::vector<Selecti
     const Node& reader = graph_.node(id);
     if (!reader.live || !reader.is_gemm_family()) continue;
     if (reader.a == gemm && reader.b != gemm && reader.c != gemm && reader.bias != gemm &&
-        is_fp8_kernel(chosen[static_cast<std::size_t>(id)].kernel))
+        quantizes_a(chosen[static_cast<std::size_t>(id)].kernel))
       return id;
     if (reader.a == gemm || reader.b == gemm || reader.c == gemm || reader.bias == gemm)
       return kNoValue;

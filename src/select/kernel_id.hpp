@@ -27,19 +27,30 @@ enum class KernelId {
   CutlassBf16Pingpong128,
   CudaF32,
   CudaSkinny,
+  CudaSkinnyFp8W,
   LtFp8E4M3,
   LtFp8E4M3Fast,
   CpuFp8Ref,
   CpuRef
 };
-inline constexpr int kKernelCount = 16;
+inline constexpr int kKernelCount = 17;
 
 // Cutlass: ge2's own sm90a kernels (src/backends/cuda/cutlass/), one row per
 // tile configuration; they compute every activation in the epilogue.
 // CudaSkinny: ge2's own kernel for a few rows (decode), which streams the weight.
+// CudaSkinnyFp8: the same on an e4m3 copy of a constant weight, 16-bit A (W8A16);
+// only under allow_fp8.
 // CublasltFp8: cuBLASLt's e4m3 GEMM behind ge2's row-wise quantization of the
 // 16-bit operands (docs/fp8.md); only under the allow_fp8 precision policy.
-enum class KernelFamily { Cublaslt, Cutlass, CudaFallback, CudaSkinny, CublasltFp8, CpuReference };
+enum class KernelFamily {
+  Cublaslt,
+  Cutlass,
+  CudaFallback,
+  CudaSkinny,
+  CudaSkinnyFp8,
+  CublasltFp8,
+  CpuReference
+};
 
 // The selector's cost model of one kernel on a 132-SM Hopper part (scaled by SM
 // count on others). It only has to rank kernels; docs/selector.md has the fit.
@@ -146,6 +157,11 @@ struct KernelInfo {
   // bench/results/2026-12-06-h100-run27, docs/tunedb.md ("Decode sizes").
   std::int64_t unsplit_max_rows_untuned = 0;
   std::int64_t unsplit_min_columns_untuned = 0;
+  // Of the FP8 rows, quantizes only the constant weight (per output channel, once,
+  // at compile) and reads A as it is stored, in 16 bits: A's error is not added, a
+  // deferred activation is not its to apply, and the weight streams at one byte
+  // per element.
+  bool fp8_weight_only = false;
 };
 
 // Fitted to bench_gemm on the H200 (bench/results/2026-12-02-h200-run3):
@@ -286,6 +302,21 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
      2,
      8,
      10 << 20},
+    // cuda_skinny's tensor-core form reading the e4m3 copy of a constant nn.Linear
+    // weight that lt_fp8_e4m3 uses (a scale per output channel, made once at compile),
+    // each byte widened to the 16-bit dtype exactly, A in 16 bits (W8A16), up to 16
+    // rows: decode streams half the weight bytes. Rated as cuda_skinny's stream of
+    // one-byte weights (0.85 of the bandwidth) with a tensor-core rate that keeps
+    // 16 rows memory-bound.
+    {.id = KernelId::CudaSkinnyFp8W,
+     .name = "cuda_skinny_fp8w",
+     .family = KernelFamily::CudaSkinnyFp8,
+     .dtype = std::nullopt,
+     .tf32 = false,
+     .min_compute_capability = 89,
+     .cost = {200.0, 5.0, 0.85, 16, 16},
+     .fp8 = true,
+     .fp8_weight_only = true},
     // The e4m3 tensor-core GEMM on operands ge2 quantizes row-wise, with cuBLASLt's
     // outer-vector scales (one per row of A, one per output channel; Hopper, sm_90):
     // about 1300 TFLOP/s for torch._scaled_mm at 8192^3 on the H200 (docs/fp8.md,
@@ -365,6 +396,11 @@ constexpr bool is_fp8_kernel(KernelId id) { return kernel_info(id).fp8; }
 constexpr bool has_gated_epilogue(KernelId id) { return kernel_info(id).gated_epilogue; }
 constexpr bool is_cublaslt_fp8_kernel(KernelId id) {
   return kernel_info(id).family == KernelFamily::CublasltFp8;
+}
+// An FP8 row that quantizes A (every execution), so that it can also apply the
+// activation of the GEMM that produced A (GemmProblem::a_act).
+constexpr bool quantizes_a(KernelId id) {
+  return kernel_info(id).fp8 && !kernel_info(id).fp8_weight_only;
 }
 std::optional<KernelId> kernel_from_name(std::string_view name);
 // The cuBLASLt row for `dtype` without TF32: what ge2's own kernels fall back to

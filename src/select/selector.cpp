@@ -88,7 +88,13 @@ double estimate_us(KernelId kernel, const GemmProblem& p, const DeviceInfo& devi
   const double edge = static_cast<double>(p.m) * p.n * p.batch / (tiles * tile_area);
   const double compute_us = p.flops() / (peak * 1e6 * fill * edge);
   const double bandwidth = bandwidth_gbs(device);
-  const double memory_us = p.min_bytes() / (bandwidth * 1e3 * model.bandwidth_fraction);
+  // A weight-only FP8 row streams B's e4m3 copy: one byte per element.
+  const double b_bytes_saved = kernel_info(kernel).fp8_weight_only
+                                   ? static_cast<double>(p.k) * p.n * p.batch *
+                                         (static_cast<double>(dtype_size(p.dtype)) - 1.0)
+                                   : 0.0;
+  const double memory_us =
+      (p.min_bytes() - b_bytes_saved) / (bandwidth * 1e3 * model.bandwidth_fraction);
   double total = model.launch_us + std::max(compute_us, memory_us);
   if (is_cublaslt_fp8_kernel(kernel)) {
     // Quantizing op(A) (and a B that is not a constant) reads it once (a row's
@@ -351,6 +357,26 @@ std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& 
   return "";
 }
 
+std::string skinny_fp8w_layout_problem(const GemmProblem& problem, const DeviceInfo& device) {
+  if (!problem.b_constant) return "B is not a constant (its e4m3 copy is made once, at compile)";
+  const GemmProblem p = fold_batch_into_m(problem);
+  if (p.m > kSkinnyMaxRows)
+    return fmt::format("M = {} is more rows than it takes ({})", p.m, kSkinnyMaxRows);
+  // B is read from its dense [N, K] e4m3 copy, whatever its own layout.
+  const MatrixView a = p.op_a();
+  if (a.col_stride != 1 && a.cols != 1) return "op(A) is not row-major (K is not contiguous)";
+  const std::int64_t vector = 16 / static_cast<std::int64_t>(dtype_size(p.dtype));
+  if (std::string reason = unaligned_stride({{"A's row stride", a.row_stride}}, vector);
+      !reason.empty())
+    return reason;
+  if (p.n > 2147483647 || p.k > (std::int64_t{1} << 30)) return "N exceeds 2^31 - 1 or K 2^30";
+  const std::int64_t blocks = skinny_column_tiles(p.n);
+  if (2 * blocks < std::max(1, device.sm_count))
+    return fmt::format("N = {} gives {} blocks of {} columns, fewer than half the {} SMs", p.n,
+                       blocks, kSkinnyColumnsPerBlock, device.sm_count);
+  return "";
+}
+
 std::int64_t layout_alignment_bytes(const GemmProblem& p) {
   const auto element = static_cast<std::int64_t>(dtype_size(p.dtype));
   std::int64_t alignment = 16;
@@ -425,6 +451,8 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
       reason = cutlass_problem;
     if (reason.empty() && kernel_info(kernel).family == KernelFamily::CudaSkinny)
       reason = skinny_layout_problem(problem, device);
+    if (reason.empty() && kernel_info(kernel).family == KernelFamily::CudaSkinnyFp8)
+      reason = skinny_fp8w_layout_problem(problem, device);
     if (reason.empty() && is_fp8_kernel(kernel)) reason = fp8_layout_problem(problem);
     if (!reason.empty()) {
       candidate.reason = reason;

@@ -102,6 +102,11 @@ bool skinny_on_tensor_cores(const GemmProblem& folded, const DeviceInfo& device)
 // contiguous in op(A) and op(B) with rows and batch strides of 16-byte multiples,
 // row-major C and D, and enough columns to give half the SMs a block.
 std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& device);
+// Why cuda_skinny_fp8w cannot run the problem on `device`, empty when it can: B a
+// constant (its e4m3 copy is made at compile), at most kSkinnyMaxRows rows after
+// folding a batch, op(A) row-major with 16-byte rows, enough columns to give half
+// the SMs a block (fp8_layout_problem's rules hold too).
+std::string skinny_fp8w_layout_problem(const GemmProblem& problem, const DeviceInfo& device);
 // The problem with a batch folded into M where its operands allow (B shared by
 // every batch, A, C and D batches back to back); else unchanged.
 GemmProblem fold_batch_into_m(const GemmProblem& problem);

@@ -160,7 +160,8 @@ Fp8Layer::Errors Fp8Layer::run(Memory& memory, std::int64_t rows) {
     return out;
   };
   return {relative_error(y, layer(xs, ws, ones, ones)),
-          relative_error(y, layer(xq, wq, x_scales, w_scales))};
+          relative_error(y, layer(xq, wq, x_scales, w_scales)),
+          relative_error(y, layer(xs, wq, ones, w_scales))};
 }
 
 }  // namespace ge2::test

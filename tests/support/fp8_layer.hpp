@@ -41,10 +41,11 @@ struct Fp8LayerCase {
 struct Fp8Layer {
   Fp8Layer(ge2_context_t* context, const Fp8LayerCase& c);
   // Runs at `rows` (<= m; only a dynamic layer takes fewer) on fresh x and r.
-  // Returns y's relative error against the fp64 layer and against the fp64 layer
-  // on e4m3-rounded operands.
+  // Returns y's relative error against the fp64 layer, against the fp64 layer
+  // on e4m3-rounded operands, and against the fp64 layer on the e4m3-rounded
+  // weight and x as it is (the weight-only row, cuda_skinny_fp8w).
   struct Errors {
-    double vs_fp64 = 0, vs_e4m3_reference = 0;
+    double vs_fp64 = 0, vs_e4m3_reference = 0, vs_e4m3_weight_reference = 0;
   };
   Errors run(Memory& memory, std::int64_t rows);
 

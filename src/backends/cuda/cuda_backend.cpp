@@ -108,10 +108,11 @@ class CudaBackend final : public Backend {
   std::span<const KernelId> gemm_kernels() const override {
     static constexpr auto kOffered =
         kernels_of<KernelFamily::Cublaslt, KernelFamily::CudaFallback, KernelFamily::CudaSkinny,
-                   KernelFamily::CublasltFp8>();
+                   KernelFamily::CudaSkinnyFp8, KernelFamily::CublasltFp8>();
     static constexpr auto kWithCutlass =
         kernels_of<KernelFamily::Cublaslt, KernelFamily::Cutlass, KernelFamily::CudaFallback,
-                   KernelFamily::CudaSkinny, KernelFamily::CublasltFp8>();
+                   KernelFamily::CudaSkinny, KernelFamily::CudaSkinnyFp8,
+                   KernelFamily::CublasltFp8>();
     if (cutlass_usable()) return kWithCutlass;
     return kOffered;
   }
@@ -147,6 +148,11 @@ class CudaBackend final : public Backend {
     require(problem.a_act == Activation::None, GE2_ERROR_INTERNAL,
             "kernel '{}' cannot apply a deferred activation of A", kernel_name(kernel));
     if (kernel == KernelId::CudaF32) return make_fallback_gemm_step(problem, slots);
+    if (kernel == KernelId::CudaSkinnyFp8W)
+      return make_skinny_fp8w_gemm_step(
+          problem, slots, device_,
+          make_lt_gemm_step(lt_.get(), problem, cublaslt_kernel_for(problem.dtype), slots,
+                            *chooser_, tune));
     if (kernel == KernelId::CudaSkinny)
       return make_skinny_gemm_step(
           problem, slots, device_,
@@ -186,7 +192,7 @@ class CudaBackend final : public Backend {
       return buffer;
     }
 #endif
-    if (!is_cublaslt_fp8_kernel(kernel)) return nullptr;
+    if (!is_fp8_kernel(kernel)) return nullptr;  // both FP8 families read this copy
     const DeviceGuard device_guard(ordinal_);
     auto buffer = std::make_unique<DeviceBufferHolder>(fp8_weight_bytes(problem));
     prepare_fp8_weight(problem, b, buffer->data(), device_.sm_count);

@@ -53,6 +53,12 @@ nlohmann::json fused_kernel_description(std::string_view name, std::string_view 
 std::unique_ptr<Step> make_skinny_gemm_step(const GemmProblem& problem, const GemmSlots& slots,
                                             const DeviceInfo& device,
                                             std::unique_ptr<Step> unaligned_fallback);
+// cuda_skinny_fp8w (W8A16, docs/fp8.md): cuda_skinny's tensor-core form on the e4m3
+// copy of a constant B in GemmSlots::b_prepared (prepare_fp8_weight), A as stored;
+// `unaligned_fallback` runs executions whose A pointer is not 16-byte aligned.
+std::unique_ptr<Step> make_skinny_fp8w_gemm_step(const GemmProblem& problem, const GemmSlots& slots,
+                                                 const DeviceInfo& device,
+                                                 std::unique_ptr<Step> unaligned_fallback);
 // Readies cuda_skinny for timing in the tuning mode.
 std::unique_ptr<FamilyTimer> make_skinny_timer(const DeviceInfo& device);
 // How cuda_skinny runs `folded` (the batch folded into M) on `device`: tensor cores

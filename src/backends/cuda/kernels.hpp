@@ -70,7 +70,8 @@ struct SkinnyLaunch {
 // Blocks of the tensor-core form for up to 8 rows of `dtype` (16-bit) that one SM
 // of the current device keeps resident: with the SM count, the `slots` of
 // skinny_k_splits.
-int skinny_tensor_core_blocks_per_sm(DType dtype);
+// With `e4m3_weight`, the instance that reads an e4m3 B (cuda_skinny_fp8w).
+int skinny_tensor_core_blocks_per_sm(DType dtype, bool e4m3_weight = false);
 // Workspace launch_skinny_gemm uses for `launch` of `problem` (0 when K is not
 // split): the fp32 partial sums, then a counter per column tile.
 std::size_t skinny_workspace_bytes(const GemmProblem& problem, const SkinnyLaunch& launch);
@@ -78,9 +79,13 @@ std::size_t skinny_workspace_bytes(const GemmProblem& problem, const SkinnyLaunc
 // with the stream's other steps). With less workspace than skinny_workspace_bytes
 // it runs unsplit, correct and slower; the rule's grids (at most two waves of
 // resident blocks, at most 8 rows) need a few MB of the 32 MB per stream.
+// With `b_e4m3_scales`, B holds e4m3 bytes (problem.op_b() K-contiguous: the dense
+// [N, K] copy prepare_fp8_weight makes) and b_e4m3_scales[j] is column j's
+// dequantization scale; the tensor-core form only (cuda_skinny_fp8w).
 void launch_skinny_gemm(const GemmProblem& problem, const void* a, const void* b, const void* c,
                         const void* bias, void* d, const SkinnyLaunch& launch, void* workspace,
-                        std::size_t workspace_bytes, cudaStream_t stream);
+                        std::size_t workspace_bytes, cudaStream_t stream,
+                        const float* b_e4m3_scales = nullptr);
 // The configuration `launch` runs, as the plan and the tuning database name it
 // (a stored row of another configuration is stale).
 std::string skinny_configuration(const SkinnyLaunch& launch);

@@ -25,6 +25,11 @@ static_assert(LibraryConfig::kColumnsPerBlock == kSkinnyColumnsPerBlock);
 using MmaLibraryConfig = skinny::MmaConfig<8, 2, 4>;
 static_assert(MmaLibraryConfig::kColumnsPerBlock == kSkinnyColumnsPerBlock);
 static_assert(kSkinnyMaxRows <= 16, "an m16n8k16 tile holds 16 rows");
+// The same on an e4m3 B (cuda_skinny_fp8w), whose lanes hold 16 k each and so twice
+// the A registers: two blocks per SM asked of ptxas, which the 16-row instance
+// (134 registers unbounded) would otherwise miss.
+using MmaE4m3Config = skinny::MmaConfig<8, 2, 4, false, 2>;
+static_assert(MmaE4m3Config::kColumnsPerBlock == kSkinnyColumnsPerBlock);
 
 // The workspace of a split launch: fp32 partial sums, then the tile counters.
 struct SplitWorkspace {
@@ -40,13 +45,16 @@ SplitWorkspace split_workspace(const GemmProblem& pr, int k_splits) {
 
 }  // namespace
 
-int skinny_tensor_core_blocks_per_sm(DType dtype) {
+int skinny_tensor_core_blocks_per_sm(DType dtype, bool e4m3_weight) {
   int blocks = 0;
   with_cuda_type(dtype, [&](auto row) {
     using T = typename decltype(row)::type;
     if constexpr (sizeof(T) == 2)
       GE2_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &blocks, skinny::mma_kernel<T, 8, MmaLibraryConfig>, 32 * MmaLibraryConfig::kWarps, 0));
+          &blocks,
+          e4m3_weight ? skinny::mma_kernel<T, 8, MmaE4m3Config, __nv_fp8_storage_t>
+                      : skinny::mma_kernel<T, 8, MmaLibraryConfig>,
+          32 * MmaLibraryConfig::kWarps, 0));
   });
   return blocks;
 }
@@ -75,7 +83,8 @@ std::string skinny_configuration(const SkinnyLaunch& launch) {
 
 void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, const void* c,
                         const void* bias, void* d, const SkinnyLaunch& launch, void* workspace,
-                        std::size_t workspace_bytes, cudaStream_t stream) {
+                        std::size_t workspace_bytes, cudaStream_t stream,
+                        const float* b_e4m3_scales) {
   const SkinnyForm form = launch.form;
   // The selector admitted the problem (skinny_layout_problem); these restate its invariants.
   const MatrixView op_a = pr.op_a(), op_b = pr.op_b();
@@ -86,6 +95,8 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
       form == SkinnyForm::CudaCores ? pr.m <= kSkinnyCudaCoreMaxRows : dtype_size(pr.dtype) == 2,
       GE2_ERROR_INTERNAL, "cuda_skinny: GEMM {} is outside the {} form", pr,
       form == SkinnyForm::CudaCores ? "CUDA-core" : "tensor-core");
+  require(b_e4m3_scales == nullptr || form == SkinnyForm::TensorCores, GE2_ERROR_INTERNAL,
+          "cuda_skinny: an e4m3 weight runs on the tensor-core form only (GEMM {})", pr);
   require(launch.k_splits == 1 ||
               (form == SkinnyForm::TensorCores && pr.batch == 1 && launch.k_splits <= 64),
           GE2_ERROR_INTERNAL, "cuda_skinny: K split over {} blocks for GEMM {}", launch.k_splits,
@@ -113,6 +124,7 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
   p.act = static_cast<int>(pr.act);
   p.has_c = pr.has_c;
   p.has_bias = pr.has_bias;
+  p.b_scale = b_e4m3_scales;
   if (launch.k_splits > 1) {
     const SplitWorkspace w = split_workspace(pr, launch.k_splits);
     if (workspace != nullptr && workspace_bytes >= w.bytes) {
@@ -126,6 +138,11 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
     using T = typename decltype(row)::type;
     const int batch = static_cast<int>(pr.batch);
     if constexpr (sizeof(T) == 2) {
+      if (b_e4m3_scales != nullptr) {
+        GE2_CUDA_CHECK(
+            (skinny::launch_mma<T, MmaE4m3Config, __nv_fp8_storage_t>(p, batch, stream)));
+        return;
+      }
       if (form == SkinnyForm::TensorCores) {
         GE2_CUDA_CHECK((skinny::launch_mma<T, MmaLibraryConfig>(p, batch, stream)));
         return;

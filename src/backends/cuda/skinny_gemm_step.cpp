@@ -67,6 +67,72 @@ class SkinnyGemmStep final : public Step {
   std::unique_ptr<Step> fallback_;
 };
 
+// cuda_skinny_fp8w: the tensor-core form on the e4m3 copy of a constant weight
+// that prepare_fp8_weight made at compile ([N, K] rows after their channel
+// scales), A as stored.
+class SkinnyFp8WeightStep final : public Step {
+ public:
+  SkinnyFp8WeightStep(const GemmProblem& problem, const GemmSlots& slots, const DeviceInfo& device,
+                      std::unique_ptr<Step> unaligned_fallback)
+      : problem_(e4m3_weight_problem(fold_batch_into_m(problem))),
+        folded_(problem_.batch != problem.batch),
+        slots_(slots),
+        fallback_(std::move(unaligned_fallback)) {
+    std::string layout = skinny_fp8w_layout_problem(problem, device);
+    if (layout.empty()) layout = fp8_layout_problem(problem);
+    require(layout.empty(), GE2_ERROR_UNSUPPORTED, "cuda_skinny_fp8w: {}", layout);
+    require(slots.b_prepared >= 0, GE2_ERROR_UNSUPPORTED,
+            "cuda_skinny_fp8w: the plan made no e4m3 copy of B (a constant weight)");
+    require(problem.a_act == Activation::None, GE2_ERROR_INTERNAL,
+            "cuda_skinny_fp8w reads A as stored: it cannot apply a deferred activation");
+    const std::int64_t slots_resident =
+        std::int64_t{device.sm_count} * skinny_tensor_core_blocks_per_sm(problem_.dtype, true);
+    launch_ = {SkinnyForm::TensorCores, skinny_k_splits(problem_.m, skinny_column_tiles(problem_.n),
+                                                        (problem_.k + 31) / 32, slots_resident)};
+  }
+
+  void run(const ExecState& s) override {
+    const void* a = slot_pointer(s, slots_.a);
+    // A is read as 16-byte vectors; C, bias and D element by element.
+    if (!aligned16(a)) {
+      fallback_->run(s);
+      return;
+    }
+    const auto* prepared = static_cast<const std::uint8_t*>(slot_pointer(s, slots_.b_prepared));
+    launch_skinny_gemm(problem_, a, prepared + fp8_scales_bytes(problem_.n),
+                       slot_pointer(s, slots_.c), slot_pointer(s, slots_.bias),
+                       slot_pointer(s, slots_.d), launch_, s.workspace, s.workspace_bytes,
+                       static_cast<cudaStream_t>(s.stream),
+                       reinterpret_cast<const float*>(prepared));
+  }
+
+  nlohmann::json describe() const override {
+    nlohmann::json j = fused_kernel_description(
+        "cuda_skinny_fp8w", "cuda_skinny_fp8",
+        skinny_configuration(launch_) + ", B widened from e4m3 to the 16-bit dtype exactly",
+        problem_, folded_, fallback_.get());
+    j["scales"] = "per output channel of the weight (amax / 448), applied to each sum";
+    j["a_quantized"] = "no: A is read as stored (W8A16)";
+    j["b_quantized"] = "once, at compile (constant weight)";
+    return j;
+  }
+
+ private:
+  // The problem the kernel runs: B the dense K-contiguous [N, K] e4m3 copy.
+  static GemmProblem e4m3_weight_problem(const GemmProblem& folded) {
+    GemmProblem q = folded;
+    q.trans_b = true;
+    q.b = {1, folded.n, folded.k, 0, folded.k, 1};
+    return q;
+  }
+
+  GemmProblem problem_;
+  bool folded_;
+  GemmSlots slots_;
+  SkinnyLaunch launch_;
+  std::unique_ptr<Step> fallback_;
+};
+
 // Readies cuda_skinny on the tuner's rig.
 class SkinnyTimer final : public FamilyTimer {
  public:
@@ -103,6 +169,13 @@ std::unique_ptr<Step> make_skinny_gemm_step(const GemmProblem& problem, const Ge
                                             const DeviceInfo& device,
                                             std::unique_ptr<Step> unaligned_fallback) {
   return std::make_unique<SkinnyGemmStep>(problem, slots, device, std::move(unaligned_fallback));
+}
+
+std::unique_ptr<Step> make_skinny_fp8w_gemm_step(const GemmProblem& problem, const GemmSlots& slots,
+                                                 const DeviceInfo& device,
+                                                 std::unique_ptr<Step> unaligned_fallback) {
+  return std::make_unique<SkinnyFp8WeightStep>(problem, slots, device,
+                                               std::move(unaligned_fallback));
 }
 
 std::unique_ptr<FamilyTimer> make_skinny_timer(const DeviceInfo& device) {

@@ -5,7 +5,8 @@
 // The CUDA-core form (skinny_gemm.cuh) converts and multiplies every B element
 // once per row of A, so its time grows with the rows; here mma.sync m16n8k16
 // takes 16 rows for the price of one, and the GEMM stays a stream of B.
-// A block owns kTiles * 8 columns; its warps split K in 32-element steps taken
+// A block owns kTiles * 8 columns; its warps split K in 32-element steps (64 for
+// an e4m3 B: BRow) taken
 // in turn (warp w: steps w, w + kWarps, ...), so together they read B's rows
 // front to back, and add their partial sums in shared memory at the end. Where
 // a grid of such blocks fills the chip unevenly, K is also split over blocks
@@ -18,10 +19,14 @@
 // fragment slots mma.sync assigns to k = 2t, 2t + 1, 2t + 8, 2t + 9 of each
 // instruction. A and B agree on the mapping, so no shuffle or shared-memory
 // staging is needed and each B element is loaded exactly once.
+// An e4m3 B (cuda_skinny_fp8w) is read 16 bytes = 16 k per lane, widened to two
+// such groups of 8, with A loaded as two vectors to match.
 #pragma once
 
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <type_traits>
 
 #include "backends/cuda/skinny_gemm.cuh"
@@ -62,10 +67,50 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], unsigned a0, unsigned a
 #endif
 }
 
+// How a lane reads its kLaneK consecutive k of one B row, one 16-byte vector, as
+// groups of four words (pairs of T) mma.sync takes: 8 elements of T, one group as
+// it is loaded.
+template <typename T, typename TB>
+struct BRow {
+  static constexpr int kLaneK = 8, kGroups = 1;
+  __device__ __forceinline__ static uint4 words(const uint4& raw, int) { return raw; }
+};
+// An e4m3 weight (ge2's W8A16 row): 16 bytes, widened to two groups of pairs of T.
+// Every e4m3 value is exact in f16 and in bf16, so the product is the 16-bit
+// GEMM's with the weight rounded to e4m3; the column's scale is applied to the sum
+// (store_output). Sixteen bytes per lane keep as many bytes of B in flight as the
+// 16-bit form (run 30: eight bytes streamed 1.6 TB/s where the block needs 2.5+).
+template <typename T>
+struct BRow<T, __nv_fp8_storage_t> {
+  static constexpr int kLaneK = 16, kGroups = 2;
+  __device__ __forceinline__ static unsigned pair(unsigned two_bytes) {
+    const __half2_raw h =
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes), __NV_E4M3);
+    unsigned word;
+    if constexpr (std::is_same_v<T, __half>) {
+      memcpy(&word, &h, sizeof word);
+    } else {
+      const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(__half2(h)));
+      memcpy(&word, &b, sizeof word);
+    }
+    return word;
+  }
+  __device__ __forceinline__ static uint4 words(const uint4& raw, int group) {
+    const unsigned lo = group == 0 ? raw.x : raw.z, hi = group == 0 ? raw.y : raw.w;
+    return {pair(lo & 0xffffu), pair(lo >> 16), pair(hi & 0xffffu), pair(hi >> 16)};
+  }
+};
+
 // kRows: 8 (rows g only; the upper half of each tile multiplies zeros) or 16.
-template <typename T, int kRows, typename Cfg>
+// TB: B's element, T or an e4m3 byte (Params::b_scale then holds its scales).
+template <typename T, int kRows, typename Cfg, typename TB = T>
 __global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(Params p) {
   static_assert(sizeof(T) == 2, "mma.sync m16n8k16 takes 16-bit inputs");
+  using B = BRow<T, TB>;
+  // A step of K: the four lanes t of a group each take kLaneK consecutive k (one
+  // 16-byte vector of B, kGroups of A per row) of the step's 4 kLaneK. The sum over
+  // k does not depend on which k meets which fragment slot, as long as A and B agree.
+  constexpr int kLaneK = B::kLaneK, kGroups = B::kGroups, kStepK = 4 * kLaneK;
   static_assert(kRows == 8 || kRows == 16);
   wait_for_producer();  // A is usually the output of the kernel before
   constexpr int kWarps = Cfg::kWarps, kTiles = Cfg::kTiles, kUnroll = Cfg::kUnroll;
@@ -77,48 +122,56 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(
   const int g = lane / 4, t = lane % 4;
   const long long col0 = static_cast<long long>(blockIdx.x) * kCols;
   const long long z = blockIdx.y;
-  const T* b[kTiles];
+  const TB* b[kTiles];
 #pragma unroll
   for (int i = 0; i < kTiles; ++i) {  // a column past N re-reads the last one; it is not written
     const long long col = col0 + 8 * i + g < p.n ? col0 + 8 * i + g : p.n - 1;
-    b[i] = static_cast<const T*>(p.b) + z * p.b_batch + col * p.ldb + 8 * t;
+    b[i] = static_cast<const TB*>(p.b) + z * p.b_batch + col * p.ldb + kLaneK * t;
   }
   const bool has_row0 = g < p.m, has_row1 = g + 8 < p.m;
-  const T* a_base = static_cast<const T*>(p.a) + z * p.a_batch + 8 * t;
+  const T* a_base = static_cast<const T*>(p.a) + z * p.a_batch + kLaneK * t;
   const T* a0 = a_base + (has_row0 ? g : 0) * p.lda;
   const T* a1 = a_base + (has_row1 ? g + 8 : 0) * p.lda;
 
   float acc[kTiles][4] = {};
   // This block's steps of 32 along K: all of them, or its split's share.
   const int splits = gridDim.z, split = blockIdx.z;
-  const int all_steps = (p.k + 31) / 32, split_steps = (all_steps + splits - 1) / splits;
+  const int all_steps = (p.k + kStepK - 1) / kStepK,
+            split_steps = (all_steps + splits - 1) / splits;
   const int first_step = split * split_steps;
   const int end_step = min(all_steps, first_step + split_steps);
   constexpr int kStepStride = Cfg::kContiguous ? 1 : kWarps;  // between a warp's steps in a round
   for (int s0 = first_step + (Cfg::kContiguous ? warp * kUnroll : warp); s0 < end_step;
        s0 += kWarps * kUnroll) {
     // Every load of the round first: they are in flight together.
-    uint4 bv[kUnroll][kTiles], av[kUnroll][2];
+    uint4 bv[kUnroll][kTiles], av[kUnroll][2][kGroups];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int step = s0 + u * kStepStride, k = 32 * step;
+      const int step = s0 + u * kStepStride, k = kStepK * step;
       // K is a multiple of 8: a vector is all in or all out.
-      const bool in_k = step < end_step && k + 8 * t < p.k;
+      const bool in_k = step < end_step && k + kLaneK * t < p.k;
 #pragma unroll
       for (int i = 0; i < kTiles; ++i)  // read once: streamed past L1
         bv[u][i] = in_k ? __ldcs(reinterpret_cast<const uint4*>(b[i] + k)) : uint4{};
-      av[u][0] = in_k && has_row0 ? __ldg(reinterpret_cast<const uint4*>(a0 + k)) : uint4{};
-      av[u][1] =
-          kRows > 8 && in_k && has_row1 ? __ldg(reinterpret_cast<const uint4*>(a1 + k)) : uint4{};
+#pragma unroll
+      for (int h = 0; h < kGroups; ++h) {
+        av[u][0][h] =
+            in_k && has_row0 ? __ldg(reinterpret_cast<const uint4*>(a0 + k + 8 * h)) : uint4{};
+        av[u][1][h] = kRows > 8 && in_k && has_row1
+                          ? __ldg(reinterpret_cast<const uint4*>(a1 + k + 8 * h))
+                          : uint4{};
+      }
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int i = 0; i < kTiles; ++i) {
-        mma_16816<T>(acc[i], av[u][0].x, av[u][1].x, av[u][0].y, av[u][1].y, bv[u][i].x,
-                     bv[u][i].y);
-        mma_16816<T>(acc[i], av[u][0].z, av[u][1].z, av[u][0].w, av[u][1].w, bv[u][i].z,
-                     bv[u][i].w);
+#pragma unroll
+        for (int h = 0; h < kGroups; ++h) {
+          const uint4 bw = B::words(bv[u][i], h), a_lo = av[u][0][h], a_hi = av[u][1][h];
+          mma_16816<T>(acc[i], a_lo.x, a_hi.x, a_lo.y, a_hi.y, bw.x, bw.y);
+          mma_16816<T>(acc[i], a_lo.z, a_hi.z, a_lo.w, a_hi.w, bw.z, bw.w);
+        }
       }
   }
 
@@ -175,13 +228,13 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(
 
 // Launches the instance for p.m rows (at most 16) on `stream`, programmatically
 // dependent on the kernel before (dependent_launch.cuh); the launch's error.
-template <typename T, typename Cfg>
+template <typename T, typename Cfg, typename TB = T>
 [[nodiscard]] cudaError_t launch_mma(const Params& p, int batch, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n + Cfg::kColumnsPerBlock - 1) / Cfg::kColumnsPerBlock),
                   static_cast<unsigned>(batch), static_cast<unsigned>(p.splits > 1 ? p.splits : 1));
   const dim3 threads(32 * Cfg::kWarps);
-  return launch_dependent(true, p.m <= 8 ? mma_kernel<T, 8, Cfg> : mma_kernel<T, 16, Cfg>, grid,
-                          threads, 0, stream, p);
+  return launch_dependent(true, p.m <= 8 ? mma_kernel<T, 8, Cfg, TB> : mma_kernel<T, 16, Cfg, TB>,
+                          grid, threads, 0, stream, p);
 }
 
 }  // namespace ge2::cuda::skinny
