@@ -26,9 +26,11 @@ using MmaLibraryConfig = skinny::MmaConfig<8, 2, 4>;
 static_assert(MmaLibraryConfig::kColumnsPerBlock == kSkinnyColumnsPerBlock);
 static_assert(kSkinnyMaxRows <= 16, "an m16n8k16 tile holds 16 rows");
 // The same on an e4m3 B (cuda_skinny_fp8w), whose lanes hold 16 k each and so twice
-// the A registers: two blocks per SM asked of ptxas, which the 16-row instance
-// (134 registers unbounded) would otherwise miss.
-using MmaE4m3Config = skinny::MmaConfig<8, 2, 4, false, 2>;
+// the A vectors: A loaded beside its instructions, two blocks per SM asked of ptxas.
+// Run 30 (H100, GELU-erf block 4096/11008, ABBA over four forms): 42.1 us at 16
+// tokens against 50.3-51.3 with A loaded beside B; 1-1.7% slower at 1 and 8 tokens;
+// three blocks per SM spilled and ran 5-70% slower.
+using MmaE4m3Config = skinny::MmaConfig<8, 2, 4, false, 2, true>;
 static_assert(MmaE4m3Config::kColumnsPerBlock == kSkinnyColumnsPerBlock);
 
 // The workspace of a split launch: fp32 partial sums, then the tile counters.

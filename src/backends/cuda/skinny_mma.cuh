@@ -37,11 +37,16 @@ namespace ge2::cuda::skinny {
 // warp; with kContiguous a warp's kUnroll steps in flight are consecutive (a
 // run of 64 kUnroll bytes of each B row), else they are kWarps steps apart and
 // the block's warps together read each row front to back.
-template <int kWarpsT, int kTilesT, int kUnrollT, bool kContiguousT = false, int kMinBlocksT = 1>
+// With kLateA, a round's A vectors are loaded beside the instructions that use
+// them rather than with its B vectors (A is small and cached; its registers are
+// then one step's, not kUnroll steps').
+template <int kWarpsT, int kTilesT, int kUnrollT, bool kContiguousT = false, int kMinBlocksT = 1,
+          bool kLateAT = false>
 struct MmaConfig {
   static constexpr int kWarps = kWarpsT, kTiles = kTilesT, kUnroll = kUnrollT;
   static constexpr bool kContiguous = kContiguousT;
   static constexpr int kMinBlocks = kMinBlocksT;  // __launch_bounds__'s blocks per SM
+  static constexpr bool kLateA = kLateAT;
   static constexpr int kColumnsPerBlock = 8 * kTiles;
 };
 
@@ -144,35 +149,44 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(
   for (int s0 = first_step + (Cfg::kContiguous ? warp * kUnroll : warp); s0 < end_step;
        s0 += kWarps * kUnroll) {
     // Every load of the round first: they are in flight together.
-    uint4 bv[kUnroll][kTiles], av[kUnroll][2][kGroups];
+    // Step u's A vectors (rows g and g + 8, kGroups each).
+    auto load_a = [&](int u, uint4(&a)[2][kGroups]) {
+      const int step = s0 + u * kStepStride, k = kStepK * step;
+      // K is a multiple of 8 (16 for e4m3): a lane's vectors are all in or all out.
+      const bool in_k = step < end_step && k + kLaneK * t < p.k;
+#pragma unroll
+      for (int h = 0; h < kGroups; ++h) {
+        a[0][h] =
+            in_k && has_row0 ? __ldg(reinterpret_cast<const uint4*>(a0 + k + 8 * h)) : uint4{};
+        a[1][h] = kRows > 8 && in_k && has_row1
+                      ? __ldg(reinterpret_cast<const uint4*>(a1 + k + 8 * h))
+                      : uint4{};
+      }
+    };
+    uint4 bv[kUnroll][kTiles], av[Cfg::kLateA ? 1 : kUnroll][2][kGroups];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int step = s0 + u * kStepStride, k = kStepK * step;
-      // K is a multiple of 8: a vector is all in or all out.
       const bool in_k = step < end_step && k + kLaneK * t < p.k;
 #pragma unroll
       for (int i = 0; i < kTiles; ++i)  // read once: streamed past L1
         bv[u][i] = in_k ? __ldcs(reinterpret_cast<const uint4*>(b[i] + k)) : uint4{};
-#pragma unroll
-      for (int h = 0; h < kGroups; ++h) {
-        av[u][0][h] =
-            in_k && has_row0 ? __ldg(reinterpret_cast<const uint4*>(a0 + k + 8 * h)) : uint4{};
-        av[u][1][h] = kRows > 8 && in_k && has_row1
-                          ? __ldg(reinterpret_cast<const uint4*>(a1 + k + 8 * h))
-                          : uint4{};
-      }
+      if constexpr (!Cfg::kLateA) load_a(u, av[u]);
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
+    for (int u = 0; u < kUnroll; ++u) {
+      if constexpr (Cfg::kLateA) load_a(u, av[0]);
+      const auto& a = av[Cfg::kLateA ? 0 : u];
 #pragma unroll
       for (int i = 0; i < kTiles; ++i) {
 #pragma unroll
         for (int h = 0; h < kGroups; ++h) {
-          const uint4 bw = B::words(bv[u][i], h), a_lo = av[u][0][h], a_hi = av[u][1][h];
-          mma_16816<T>(acc[i], a_lo.x, a_hi.x, a_lo.y, a_hi.y, bw.x, bw.y);
-          mma_16816<T>(acc[i], a_lo.z, a_hi.z, a_lo.w, a_hi.w, bw.z, bw.w);
+          const uint4 bw = B::words(bv[u][i], h);
+          mma_16816<T>(acc[i], a[0][h].x, a[1][h].x, a[0][h].y, a[1][h].y, bw.x, bw.y);
+          mma_16816<T>(acc[i], a[0][h].z, a[1][h].z, a[0][h].w, a[1][h].w, bw.z, bw.w);
         }
       }
+    }
   }
 
   // Accumulator fragment: (row g, columns 2t and 2t + 1) and the same for row g + 8.
