@@ -286,6 +286,21 @@ std::string unaligned_stride(std::initializer_list<std::pair<const char*, std::i
   return "";
 }
 
+// What both cuda_skinny rows need of `p` (the problem they run, a batch folded
+// where it folds): sizes their int indexing holds, and a block for half the SMs.
+std::string skinny_grid_problem(const GemmProblem& p, const DeviceInfo& device) {
+  // The kernel's K loop counts in int and steps past K by up to 512 elements.
+  if (p.n > 2147483647 || p.k > (std::int64_t{1} << 30) || p.batch > 65535)
+    return "N exceeds 2^31 - 1, K 2^30, or the batch 65535";
+  // A block for half the SMs at least: fewer columns leave most of the chip
+  // idle while each warp streams its weight rows.
+  const std::int64_t blocks = skinny_column_tiles(p.n) * p.batch;
+  if (2 * blocks < std::max(1, device.sm_count))
+    return fmt::format("N = {} gives {} blocks of {} columns, fewer than half the {} SMs", p.n,
+                       blocks, kSkinnyColumnsPerBlock, device.sm_count);
+  return "";
+}
+
 }  // namespace
 
 std::string cutlass_layout_problem(const GemmProblem& problem) {
@@ -345,16 +360,7 @@ std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& 
                                             vector);
       !reason.empty())
     return reason;
-  // The kernel's K loop counts in int and steps past K by up to 512 elements.
-  if (p.n > 2147483647 || p.k > (std::int64_t{1} << 30) || p.batch > 65535)
-    return "N exceeds 2^31 - 1, K 2^30, or the batch 65535";
-  // A block for half the SMs at least: fewer columns leave most of the chip
-  // idle while each warp streams its weight rows.
-  const std::int64_t blocks = skinny_column_tiles(p.n) * p.batch;
-  if (2 * blocks < std::max(1, device.sm_count))
-    return fmt::format("N = {} gives {} blocks of {} columns, fewer than half the {} SMs", p.n,
-                       blocks, kSkinnyColumnsPerBlock, device.sm_count);
-  return "";
+  return skinny_grid_problem(p, device);
 }
 
 std::string skinny_fp8w_layout_problem(const GemmProblem& problem, const DeviceInfo& device) {
@@ -369,12 +375,7 @@ std::string skinny_fp8w_layout_problem(const GemmProblem& problem, const DeviceI
   if (std::string reason = unaligned_stride({{"A's row stride", a.row_stride}}, vector);
       !reason.empty())
     return reason;
-  if (p.n > 2147483647 || p.k > (std::int64_t{1} << 30)) return "N exceeds 2^31 - 1 or K 2^30";
-  const std::int64_t blocks = skinny_column_tiles(p.n);
-  if (2 * blocks < std::max(1, device.sm_count))
-    return fmt::format("N = {} gives {} blocks of {} columns, fewer than half the {} SMs", p.n,
-                       blocks, kSkinnyColumnsPerBlock, device.sm_count);
-  return "";
+  return skinny_grid_problem(p, device);
 }
 
 std::int64_t layout_alignment_bytes(const GemmProblem& p) {
