@@ -223,8 +223,9 @@ for mode in $modes; do
     # The FP8 precision policy: its GPU cases, the same under memcheck, the quantizer's
     # geometries (bench/quantize_probe.cu; built on request: --target quantize_probe), and the
     # FP8 block benchmark against ge2 fp16, the same plan without the deferred activation
-    # ("ge2 fp8 h out") and torch._scaled_mm (FP8_ARGS).
-    gpu_cases fp8 'gpu fp8*' 'gpu fp8: dynamic*,gpu fp8: a two-layer*'
+    # ("ge2 fp8 h out") and torch._scaled_mm (FP8_ARGS), then at decode sizes, where
+    # cuda_skinny_fp8w runs (fp8_decode/).
+    gpu_cases fp8 'gpu fp8*' 'gpu fp8: dynamic*,gpu fp8: a two-layer*,gpu fp8: cuda_skinny_fp8w*'
     [ -x "$BUILD/bench/quantize_probe" ] && timeout 120 "$BUILD/bench/quantize_probe" \
       > "$OUT/quantize_probe.log" 2>&1
     note "quantize probe: exit $? (quantize_probe.log)"
@@ -234,6 +235,10 @@ for mode in $modes; do
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python PYTHONUNBUFFERED=1 \
       timeout "${FP8_TIMEOUT:-400}" python3 "$ROOT/bench/fp8_blocks.py" --out "$OUT" ${FP8_ARGS:-} > "$OUT/fp8_blocks.log" 2>&1
     note "fp8 blocks: exit $? ($(grep -c 'tokens\|GEMM' "$OUT/fp8_blocks.log") rows)"
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python PYTHONUNBUFFERED=1 \
+      timeout 200 python3 "$ROOT/bench/fp8_blocks.py" --out "$OUT/fp8_decode" --tokens 1 4 8 16 \
+      --gemm 16 4096 11008 > "$OUT/fp8_decode.log" 2>&1
+    note "fp8 decode blocks: exit $? ($(grep -c 'tokens\|GEMM' "$OUT/fp8_decode.log") rows)"
     kill $clocks_pid 2>/dev/null
     ;;&
   gated | all)
