@@ -87,6 +87,53 @@ Graph gemm_graph(bool dynamic = false, DType dtype = DType::F16) {
   return g;
 }
 
+// `count` f16 values uniform in [-scale, scale).
+std::vector<std::uint16_t> random_f16(std::mt19937& rng, std::size_t count, float scale) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<std::uint16_t> values(count);
+  for (auto& v : values) v = float_to_half_bits(scale * dist(rng));
+  return values;
+}
+
+// fp64 y = gelu_erf(x w1) w2 over f16 x [tokens, hidden] and w1 [hidden, inter]; w2 is
+// [inter, hidden], or nn.Linear's [hidden, inter] with `w2_out_in`.
+std::vector<double> gelu_block_reference(const std::vector<std::uint16_t>& x,
+                                         const std::vector<std::uint16_t>& w1,
+                                         const std::vector<std::uint16_t>& w2, std::int64_t tokens,
+                                         std::int64_t hidden, std::int64_t inter, bool w2_out_in) {
+  auto at = [](const std::vector<std::uint16_t>& v, std::int64_t i) {
+    return static_cast<double>(half_bits_to_float(v[static_cast<std::size_t>(i)]));
+  };
+  std::vector<double> y(static_cast<std::size_t>(tokens * hidden)),
+      h(static_cast<std::size_t>(inter));
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t j = 0; j < inter; ++j) {
+      double sum = 0;
+      for (std::int64_t k = 0; k < hidden; ++k)
+        sum += at(x, t * hidden + k) * at(w1, k * inter + j);
+      h[static_cast<std::size_t>(j)] = 0.5 * sum * (1.0 + std::erf(sum / std::sqrt(2.0)));
+    }
+    for (std::int64_t j = 0; j < hidden; ++j) {
+      double sum = 0;
+      for (std::int64_t k = 0; k < inter; ++k)
+        sum += h[static_cast<std::size_t>(k)] * at(w2, w2_out_in ? j * inter + k : k * hidden + j);
+      y[static_cast<std::size_t>(t * hidden + j)] = sum;
+    }
+  }
+  return y;
+}
+
+// The relative Frobenius error of f16 `got` against `want`.
+double relative_error(const std::vector<std::uint16_t>& got, const std::vector<double>& want) {
+  double error = 0, norm = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double value = half_bits_to_float(got[i]);
+    error += (value - want[i]) * (value - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(error / norm);
+}
+
 }  // namespace
 
 TEST_CASE("a kernel the backend refuses gives way to the next candidate, and the plan says so") {
@@ -260,35 +307,10 @@ TEST_CASE("a deferred activation whose FP8 GEMM the backend refuses runs as its 
   options.policy.allow_fp8 = true;
 
   std::mt19937 rng(5);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  auto random_f16 = [&](std::size_t count, float scale) {
-    std::vector<std::uint16_t> values(count);
-    for (auto& v : values) v = float_to_half_bits(scale * dist(rng));
-    return values;
-  };
-  auto x = random_f16(static_cast<std::size_t>(tokens * hidden), 1.0f);
-  auto w1 = random_f16(static_cast<std::size_t>(hidden * inter), 0.0442f);
-  auto w2 = random_f16(static_cast<std::size_t>(inter * hidden), 0.0442f);
-  std::vector<double> want(static_cast<std::size_t>(tokens * hidden));
-  {
-    std::vector<double> hv(static_cast<std::size_t>(inter));
-    for (std::int64_t t = 0; t < tokens; ++t) {
-      for (std::int64_t j = 0; j < inter; ++j) {
-        double sum = 0;
-        for (std::int64_t k = 0; k < hidden; ++k)
-          sum += double(half_bits_to_float(x[static_cast<std::size_t>(t * hidden + k)])) *
-                 half_bits_to_float(w1[static_cast<std::size_t>(k * inter + j)]);
-        hv[static_cast<std::size_t>(j)] = 0.5 * sum * (1.0 + std::erf(sum / std::sqrt(2.0)));
-      }
-      for (std::int64_t j = 0; j < hidden; ++j) {
-        double sum = 0;
-        for (std::int64_t k = 0; k < inter; ++k)
-          sum += hv[static_cast<std::size_t>(k)] *
-                 half_bits_to_float(w2[static_cast<std::size_t>(k * hidden + j)]);
-        want[static_cast<std::size_t>(t * hidden + j)] = sum;
-      }
-    }
-  }
+  auto x = random_f16(rng, static_cast<std::size_t>(tokens * hidden), 1.0f);
+  auto w1 = random_f16(rng, static_cast<std::size_t>(hidden * inter), 0.0442f);
+  auto w2 = random_f16(rng, static_cast<std::size_t>(inter * hidden), 0.0442f);
+  const std::vector<double> want = gelu_block_reference(x, w1, w2, tokens, hidden, inter, false);
   // y's relative error against fp64 over the first `rows` tokens (a dynamic plan
   // runs at that extent).
   auto run = [&](const Plan& plan, std::int64_t rows) {
@@ -299,13 +321,7 @@ TEST_CASE("a deferred activation whose FP8 GEMM the backend refuses runs as its 
       const_cast<Plan&>(plan).execute_at(rows, bindings, 4, nullptr);
     else
       const_cast<Plan&>(plan).execute(bindings, 4, nullptr);
-    double error = 0, norm = 0;
-    for (std::size_t i = 0; i < y.size(); ++i) {
-      const double got = half_bits_to_float(y[i]);
-      error += (got - want[i]) * (got - want[i]);
-      norm += want[i] * want[i];
-    }
-    return std::sqrt(error / norm);
+    return relative_error(y, want);  // y holds the first `rows` tokens
   };
 
   // Both built: deferred into the second GEMM's quantization.
@@ -387,15 +403,10 @@ TEST_CASE(
   backend->refused = KernelId::CpuRef;  // nothing offered is refused
   const std::int64_t tokens = 8, hidden = 128, inter = 256;
   std::mt19937 rng(11);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  auto random_f16 = [&](std::size_t count, float scale) {
-    std::vector<std::uint16_t> values(count);
-    for (auto& v : values) v = float_to_half_bits(scale * dist(rng));
-    return values;
-  };
-  auto x = random_f16(static_cast<std::size_t>(tokens * hidden), 1.0f);
-  auto w1 = random_f16(static_cast<std::size_t>(hidden * inter), 0.0884f);
-  auto w2 = random_f16(static_cast<std::size_t>(hidden * inter), 0.0625f);  // [hidden, inter]
+  auto x = random_f16(rng, static_cast<std::size_t>(tokens * hidden), 1.0f);
+  auto w1 = random_f16(rng, static_cast<std::size_t>(hidden * inter), 0.0884f);
+  const auto w2 =
+      random_f16(rng, static_cast<std::size_t>(hidden * inter), 0.0625f);  // [hidden, inter]
   Graph g;
   Node first;
   first.kind = OpKind::Gemm;
@@ -446,27 +457,8 @@ TEST_CASE(
   std::vector<std::uint16_t> y(static_cast<std::size_t>(tokens * hidden), float_to_half_bits(NAN));
   const ge2_binding_t bindings[] = {{"x", x.data()}, {"w1", w1.data()}, {"y", y.data()}};
   plan->execute(bindings, 3, nullptr);
-  double error = 0, norm = 0;
-  for (std::int64_t t = 0; t < tokens; ++t) {
-    std::vector<double> hv(static_cast<std::size_t>(inter));
-    for (std::int64_t j = 0; j < inter; ++j) {
-      double sum = 0;
-      for (std::int64_t k = 0; k < hidden; ++k)
-        sum += double(half_bits_to_float(x[static_cast<std::size_t>(t * hidden + k)])) *
-               half_bits_to_float(w1[static_cast<std::size_t>(k * inter + j)]);
-      hv[static_cast<std::size_t>(j)] = 0.5 * sum * (1.0 + std::erf(sum / std::sqrt(2.0)));
-    }
-    for (std::int64_t j = 0; j < hidden; ++j) {
-      double want = 0;
-      for (std::int64_t k = 0; k < inter; ++k)
-        want += hv[static_cast<std::size_t>(k)] *
-                half_bits_to_float(w2[static_cast<std::size_t>(j * inter + k)]);
-      const double got = half_bits_to_float(y[static_cast<std::size_t>(t * hidden + j)]);
-      error += (got - want) * (got - want);
-      norm += want * want;
-    }
-  }
-  const double relative = std::sqrt(error / norm);
+  const double relative =
+      relative_error(y, gelu_block_reference(x, w1, w2, tokens, hidden, inter, true));
   CHECK(relative > 1e-3);  // e4m3 really ran
   CHECK(relative <= 0.06);
 }
