@@ -109,4 +109,10 @@ TEST_CASE(
   CHECK(tensor.find("K split") == std::string::npos);
   CHECK(split.find("K split over 4 blocks per column tile") != std::string::npos);
   CHECK(cores.find("tensor cores") == std::string::npos);
+  // cuda_skinny_fp8w's instance: steps of 64 k, 16 e4m3 bytes of B per lane.
+  const std::string e4m3 = skinny_configuration({SkinnyForm::TensorCores, 2}, true);
+  CHECK(e4m3.find("on an e4m3 B widened to the 16-bit dtype exactly") != std::string::npos);
+  CHECK(e4m3.find("steps of 64 in flight per warp (16 bytes of B per lane)") != std::string::npos);
+  CHECK(e4m3.find("K split over 2 blocks per column tile") != std::string::npos);
+  CHECK(e4m3 != skinny_configuration({SkinnyForm::TensorCores, 2}));
 }

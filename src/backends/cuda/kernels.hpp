@@ -88,6 +88,7 @@ void launch_skinny_gemm(const GemmProblem& problem, const void* a, const void* b
                         const float* b_e4m3_scales = nullptr);
 // The configuration `launch` runs, as the plan and the tuning database name it
 // (a stored row of another configuration is stale).
-std::string skinny_configuration(const SkinnyLaunch& launch);
+// With `e4m3_weight`, cuda_skinny_fp8w's (the instance that reads an e4m3 B).
+std::string skinny_configuration(const SkinnyLaunch& launch, bool e4m3_weight = false);
 
 }  // namespace ge2::cuda

@@ -65,18 +65,27 @@ std::size_t skinny_workspace_bytes(const GemmProblem& problem, const SkinnyLaunc
   return launch.k_splits > 1 ? split_workspace(problem, launch.k_splits).bytes : 0;
 }
 
-std::string skinny_configuration(const SkinnyLaunch& launch) {
-  if (launch.form == SkinnyForm::TensorCores) {
-    std::string text = fmt::format(
+std::string skinny_configuration(const SkinnyLaunch& launch, bool e4m3_weight) {
+  auto split = [&] {
+    return launch.k_splits > 1
+               ? fmt::format(", K split over {} blocks per column tile (fp32 partial sums)",
+                             launch.k_splits)
+               : std::string();
+  };
+  if (e4m3_weight)
+    return fmt::format(
+        "tensor cores (mma.sync m16n8k16) on an e4m3 B widened to the 16-bit dtype exactly: {} "
+        "warps splitting K over {} columns per block, {} steps of 64 in flight per warp (16 "
+        "bytes of B per lane), A loaded beside its instructions, up to {} rows, fp32 "
+        "accumulation{}",
+        MmaE4m3Config::kWarps, MmaE4m3Config::kColumnsPerBlock, MmaE4m3Config::kUnroll,
+        kSkinnyMaxRows, split());
+  if (launch.form == SkinnyForm::TensorCores)
+    return fmt::format(
         "tensor cores (mma.sync m16n8k16): {} warps splitting K over {} columns per block, {} "
-        "steps of 32 in flight per warp, up to {} rows, fp32 accumulation",
+        "steps of 32 in flight per warp, up to {} rows, fp32 accumulation{}",
         MmaLibraryConfig::kWarps, MmaLibraryConfig::kColumnsPerBlock, MmaLibraryConfig::kUnroll,
-        kSkinnyMaxRows);
-    if (launch.k_splits > 1)
-      text += fmt::format(", K split over {} blocks per column tile (fp32 partial sums)",
-                          launch.k_splits);
-    return text;
-  }
+        kSkinnyMaxRows, split());
   return fmt::format(
       "{} warps of {} columns per block, {} vectors per column in flight, up to {} rows, fp32 "
       "accumulation",

@@ -107,10 +107,9 @@ class SkinnyFp8WeightStep final : public Step {
   }
 
   nlohmann::json describe() const override {
-    nlohmann::json j = fused_kernel_description(
-        "cuda_skinny_fp8w", "cuda_skinny_fp8",
-        skinny_configuration(launch_) + ", B widened from e4m3 to the 16-bit dtype exactly",
-        problem_, folded_, fallback_.get());
+    nlohmann::json j = fused_kernel_description("cuda_skinny_fp8w", "cuda_skinny_fp8",
+                                                skinny_configuration(launch_, true), problem_,
+                                                folded_, fallback_.get());
     j["scales"] = "per output channel of the weight (amax / 448), applied to each sum";
     j["a_quantized"] = "no: A is read as stored (W8A16)";
     j["b_quantized"] = "once, at compile (constant weight)";
