@@ -472,6 +472,9 @@ typedef struct ge2_compile_options {
                                inputs and keeps FP8 only if no output channel differs by
                                more than fp8_max_error; the plan text ("fp8") gives every
                                layer's measured errors and the decision (docs/fp8.md).
+                               At decode sizes (up to 16 rows) on a constant weight the
+                               kernel may be cuda_skinny_fp8w instead: the weight's e4m3
+                               copy, the activation left in 16 bits (since 2.6).
                                Default 0. (Added in 2.5.) */
   float fp8_max_error;      /* the accuracy gate's budget: the largest relative distance
                                ||D_fp8[:, j] - D_16bit[:, j]|| / ||D_16bit[:, j]|| an output
