@@ -367,6 +367,20 @@ TEST_CASE("gpu fp8: cuda_skinny_fp8w runs decode rows on the e4m3 weight, A in 1
     }
   }
 
+  // x one element past a 16-byte boundary: the step runs its 16-bit fallback on the
+  // weight as stored, so y is the 16-bit layer's, not the e4m3 weight's.
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16}) {
+    Fp8LayerCase c{
+        .dtype = dtype, .m = 8, .n = 2048, .k = 1024, .residual = true, .misaligned_x = true};
+    Fp8Layer layer(context.get(), c);
+    REQUIRE(step_kernel(layer) == "cuda_skinny_fp8w");
+    CHECK(plan_of(layer).at("steps").at(0).at("kernel").at("unaligned_pointers_run") ==
+          (dtype == GE2_DTYPE_F16 ? "lt_f16" : "lt_bf16"));
+    const Fp8Layer::Errors errors = layer.run(memory, c.m);
+    CHECK(errors.vs_fp64 <= gpu_tolerance(dtype, nullptr));
+    CHECK(errors.vs_e4m3_weight_reference > errors.vs_fp64);
+  }
+
   // A weight bound per execution has no e4m3 copy made at compile: not this row.
   Fp8LayerCase bound{.m = 4, .n = 2048, .k = 1024, .weight_input = true};
   Fp8Layer chosen(context.get(), bound);

@@ -125,7 +125,15 @@ Fp8Layer::Errors Fp8Layer::run(Memory& memory, std::int64_t rows) {
   }
   poison(y);
   void* y_data = memory.upload(y);
-  std::vector<ge2_binding_t> bindings{{"x", memory.upload(x)}, {"y", y_data}};
+  void* x_data = nullptr;
+  if (c.misaligned_x) {  // x's elements from element 1 of a wider copy
+    HostTensor x_wide = make_tensor(c.dtype, {rows * c.k + 8});
+    for (std::int64_t i = 0; i < rows * c.k; ++i) x_wide.set(i + 1, x.get(i));
+    x_data = static_cast<unsigned char*>(memory.upload(x_wide)) + x.element_size();
+  } else {
+    x_data = memory.upload(x);
+  }
+  std::vector<ge2_binding_t> bindings{{"x", x_data}, {"y", y_data}};
   if (c.weight_input) bindings.push_back({"w", memory.upload(w)});
   if (c.residual) bindings.push_back({"r", memory.upload(r)});
   GE2_CHECK(c.dynamic

@@ -28,6 +28,8 @@ struct Fp8LayerCase {
   float max_error = 0.1f;
   const char* force_kernel = nullptr;
   bool graph_replay = false;
+  // x bound one element past a 16-byte boundary (a CUDA step's unaligned fallback runs).
+  bool misaligned_x = false;
   // Fills x (and r); uniform in [-1, 1) when empty.
   std::function<void(HostTensor&)> fill_x;
   // Sets w and bias after their random fill (two layers on the same constants).
