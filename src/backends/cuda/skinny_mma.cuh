@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(
   const T* a1 = a_base + (has_row1 ? g + 8 : 0) * p.lda;
 
   float acc[kTiles][4] = {};
-  // This block's steps of 32 along K: all of them, or its split's share.
+  // This block's steps of kStepK along K: all of them, or its split's share.
   const int splits = gridDim.z, split = blockIdx.z;
   const int all_steps = (p.k + kStepK - 1) / kStepK,
             split_steps = (all_steps + splits - 1) / splits;
@@ -148,7 +148,6 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(
   constexpr int kStepStride = Cfg::kContiguous ? 1 : kWarps;  // between a warp's steps in a round
   for (int s0 = first_step + (Cfg::kContiguous ? warp * kUnroll : warp); s0 < end_step;
        s0 += kWarps * kUnroll) {
-    // Every load of the round first: they are in flight together.
     // Step u's A vectors (rows g and g + 8, kGroups each).
     auto load_a = [&](int u, uint4(&a)[2][kGroups]) {
       const int step = s0 + u * kStepStride, k = kStepK * step;
@@ -163,6 +162,8 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(
                       : uint4{};
       }
     };
+    // Every B load of the round first, so they are in flight together (and A's with
+    // them unless kLateA).
     uint4 bv[kUnroll][kTiles], av[Cfg::kLateA ? 1 : kUnroll][2][kGroups];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
