@@ -99,13 +99,13 @@ Fp8GateResult measure_fp8_error(Backend& backend, const GemmProblem& problem, Ke
     int a, c, d;
   };
   std::vector<Slice> slices;
-  const std::size_t element = dtype_size(p.dtype);
+  // A new slot `offset` elements into slot `slot`.
+  auto at = [&](int slot, std::int64_t offset) {
+    pointers.push_back(static_cast<char*>(pointers[static_cast<std::size_t>(slot)]) +
+                       static_cast<std::size_t>(offset) * dtype_size(p.dtype));
+    return static_cast<int>(pointers.size() - 1);
+  };
   for (std::int64_t first = 0; first < rows; first += slice_rows) {
-    auto at = [&](int slot, std::int64_t offset) {
-      pointers.push_back(static_cast<char*>(pointers[static_cast<std::size_t>(slot)]) +
-                         static_cast<std::size_t>(offset) * element);
-      return static_cast<int>(pointers.size() - 1);
-    };
     slices.push_back({at(kA, p.trans_a ? first : first * p.k), p.has_c ? at(kC, first * p.n) : -1,
                       at(kDFp8, first * p.n)});
   }

@@ -32,22 +32,10 @@ MatrixView op_b_transposed(const GemmProblem& p) {
 
 // The problem cuBLASLt runs: dense K-contiguous e4m3 copies, C and D as given.
 GemmProblem quantized_problem(const GemmProblem& p) {
-  GemmProblem q = p;
+  GemmProblem q = with_prepared_fp8_weight(p);
   q.trans_a = false;
   q.a = {1, p.m, p.k, 0, p.k, 1};
-  q.trans_b = true;
-  q.b = {1, p.n, p.k, 0, p.k, 1};
   return q;
-}
-
-// One operand in the layout of fp8_operand_bytes: its row scales, then its e4m3 rows.
-struct Fp8Operand {
-  float* scales;
-  std::uint8_t* data;
-};
-Fp8Operand fp8_operand(void* block, std::int64_t rows) {
-  auto* bytes = static_cast<std::uint8_t*>(block);
-  return {reinterpret_cast<float*>(bytes), bytes + fp8_scales_bytes(rows)};
 }
 
 class Fp8GemmStep final : public Step {
@@ -167,6 +155,18 @@ class Fp8GemmStep final : public Step {
 };
 
 }  // namespace
+
+Fp8Operand fp8_operand(void* block, std::int64_t rows) {
+  auto* bytes = static_cast<std::uint8_t*>(block);
+  return {reinterpret_cast<float*>(bytes), bytes + fp8_scales_bytes(rows)};
+}
+
+GemmProblem with_prepared_fp8_weight(const GemmProblem& problem) {
+  GemmProblem q = problem;
+  q.trans_b = true;
+  q.b = {1, problem.n, problem.k, 0, problem.k, 1};
+  return q;
+}
 
 void prepare_fp8_weight(const GemmProblem& problem, const void* b, void* prepared, int sm_count) {
   const GemmProblem p = fold_batch_into_m(problem);

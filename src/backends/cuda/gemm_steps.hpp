@@ -76,6 +76,15 @@ std::unique_ptr<Step> make_fp8_gemm_step(cublasLtHandle_t handle, const GemmProb
                                          KernelId kernel, const GemmSlots& slots,
                                          AlgoChooser& chooser, int sm_count,
                                          std::unique_ptr<Step> unaligned_fallback);
+// An operand in fp8_operand_bytes' layout (an FP8 step's scratch, a weight
+// prepare_fp8_weight made): its rows' scales, then its e4m3 rows.
+struct Fp8Operand {
+  float* scales;
+  std::uint8_t* data;
+};
+Fp8Operand fp8_operand(void* block, std::int64_t rows);
+// `problem` with B read from prepare_fp8_weight's copy: dense, K-contiguous, [N, K].
+GemmProblem with_prepared_fp8_weight(const GemmProblem& problem);
 // Writes the e4m3 copy of the constant op(B)^T and its channel scales into `prepared`
 // (fp8_weight_bytes(problem) bytes), synchronously.
 void prepare_fp8_weight(const GemmProblem& problem, const void* b, void* prepared, int sm_count);

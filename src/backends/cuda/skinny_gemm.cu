@@ -51,12 +51,15 @@ int skinny_tensor_core_blocks_per_sm(DType dtype, bool e4m3_weight) {
   int blocks = 0;
   with_cuda_type(dtype, [&](auto row) {
     using T = typename decltype(row)::type;
-    if constexpr (sizeof(T) == 2)
-      GE2_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &blocks,
-          e4m3_weight ? skinny::mma_kernel<T, 8, MmaE4m3Config, __nv_fp8_storage_t>
-                      : skinny::mma_kernel<T, 8, MmaLibraryConfig>,
-          32 * MmaLibraryConfig::kWarps, 0));
+    if constexpr (sizeof(T) == 2) {
+      if (e4m3_weight)
+        GE2_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &blocks, skinny::mma_kernel<T, 8, MmaE4m3Config, __nv_fp8_storage_t>,
+            32 * MmaE4m3Config::kWarps, 0));
+      else
+        GE2_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &blocks, skinny::mma_kernel<T, 8, MmaLibraryConfig>, 32 * MmaLibraryConfig::kWarps, 0));
+    }
   });
   return blocks;
 }

@@ -8,15 +8,25 @@
 #include "select/selector.hpp"
 
 namespace ge2::cuda {
+namespace {
+
+// The tensor-core form of one batch, K split as skinny_k_splits says for the
+// device's SMs keeping `blocks_per_sm` blocks resident.
+SkinnyLaunch tensor_core_launch(const GemmProblem& folded, const DeviceInfo& device,
+                                int blocks_per_sm) {
+  const std::int64_t slots = std::int64_t{device.sm_count} * blocks_per_sm;
+  return {SkinnyForm::TensorCores,
+          skinny_k_splits(folded.m, skinny_column_tiles(folded.n), (folded.k + 31) / 32, slots)};
+}
+
+}  // namespace
 
 SkinnyLaunch skinny_launch(const GemmProblem& folded, const DeviceInfo& device,
                            int tensor_core_blocks_per_sm) {
   // One row stays on CUDA cores, which stream it at 3.4-4.4 TB/s (H200, run 11).
   if (!skinny_on_tensor_cores(folded, device)) return {SkinnyForm::CudaCores, 1};
   if (folded.batch != 1) return {SkinnyForm::TensorCores, 1};
-  const std::int64_t slots = std::int64_t{device.sm_count} * tensor_core_blocks_per_sm;
-  return {SkinnyForm::TensorCores,
-          skinny_k_splits(folded.m, skinny_column_tiles(folded.n), (folded.k + 31) / 32, slots)};
+  return tensor_core_launch(folded, device, tensor_core_blocks_per_sm);
 }
 
 namespace {
@@ -74,7 +84,7 @@ class SkinnyFp8WeightStep final : public Step {
  public:
   SkinnyFp8WeightStep(const GemmProblem& problem, const GemmSlots& slots, const DeviceInfo& device,
                       std::unique_ptr<Step> unaligned_fallback)
-      : problem_(e4m3_weight_problem(fold_batch_into_m(problem))),
+      : problem_(with_prepared_fp8_weight(fold_batch_into_m(problem))),
         folded_(problem_.batch != problem.batch),
         slots_(slots),
         fallback_(std::move(unaligned_fallback)) {
@@ -85,10 +95,8 @@ class SkinnyFp8WeightStep final : public Step {
             "cuda_skinny_fp8w: the plan made no e4m3 copy of B (a constant weight)");
     require(problem.a_act == Activation::None, GE2_ERROR_INTERNAL,
             "cuda_skinny_fp8w reads A as stored: it cannot apply a deferred activation");
-    const std::int64_t slots_resident =
-        std::int64_t{device.sm_count} * skinny_tensor_core_blocks_per_sm(problem_.dtype, true);
-    launch_ = {SkinnyForm::TensorCores, skinny_k_splits(problem_.m, skinny_column_tiles(problem_.n),
-                                                        (problem_.k + 31) / 32, slots_resident)};
+    launch_ = tensor_core_launch(problem_, device,
+                                 skinny_tensor_core_blocks_per_sm(problem_.dtype, true));
   }
 
   void run(const ExecState& s) override {
@@ -98,12 +106,11 @@ class SkinnyFp8WeightStep final : public Step {
       fallback_->run(s);
       return;
     }
-    const auto* prepared = static_cast<const std::uint8_t*>(slot_pointer(s, slots_.b_prepared));
-    launch_skinny_gemm(problem_, a, prepared + fp8_scales_bytes(problem_.n),
-                       slot_pointer(s, slots_.c), slot_pointer(s, slots_.bias),
-                       slot_pointer(s, slots_.d), launch_, s.workspace, s.workspace_bytes,
-                       static_cast<cudaStream_t>(s.stream),
-                       reinterpret_cast<const float*>(prepared));
+    const Fp8Operand weight = fp8_operand(slot_pointer(s, slots_.b_prepared), problem_.n);
+    launch_skinny_gemm(problem_, a, weight.data, slot_pointer(s, slots_.c),
+                       slot_pointer(s, slots_.bias), slot_pointer(s, slots_.d), launch_,
+                       s.workspace, s.workspace_bytes, static_cast<cudaStream_t>(s.stream),
+                       weight.scales);
   }
 
   nlohmann::json describe() const override {
@@ -117,15 +124,7 @@ class SkinnyFp8WeightStep final : public Step {
   }
 
  private:
-  // The problem the kernel runs: B the dense K-contiguous [N, K] e4m3 copy.
-  static GemmProblem e4m3_weight_problem(const GemmProblem& folded) {
-    GemmProblem q = folded;
-    q.trans_b = true;
-    q.b = {1, folded.n, folded.k, 0, folded.k, 1};
-    return q;
-  }
-
-  GemmProblem problem_;
+  GemmProblem problem_;  // folded, B read from the e4m3 copy
   bool folded_;
   GemmSlots slots_;
   SkinnyLaunch launch_;
