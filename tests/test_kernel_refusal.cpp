@@ -95,15 +95,17 @@ std::vector<std::uint16_t> random_f16(std::mt19937& rng, std::size_t count, floa
   return values;
 }
 
+// Element i of f16 values, as a double.
+double at(const std::vector<std::uint16_t>& values, std::int64_t i) {
+  return half_bits_to_float(values[static_cast<std::size_t>(i)]);
+}
+
 // fp64 y = gelu_erf(x w1) w2 over f16 x [tokens, hidden] and w1 [hidden, inter]; w2 is
 // [inter, hidden], or nn.Linear's [hidden, inter] with `w2_out_in`.
 std::vector<double> gelu_block_reference(const std::vector<std::uint16_t>& x,
                                          const std::vector<std::uint16_t>& w1,
                                          const std::vector<std::uint16_t>& w2, std::int64_t tokens,
                                          std::int64_t hidden, std::int64_t inter, bool w2_out_in) {
-  auto at = [](const std::vector<std::uint16_t>& v, std::int64_t i) {
-    return static_cast<double>(half_bits_to_float(v[static_cast<std::size_t>(i)]));
-  };
   std::vector<double> y(static_cast<std::size_t>(tokens * hidden)),
       h(static_cast<std::size_t>(inter));
   for (std::int64_t t = 0; t < tokens; ++t) {
@@ -520,9 +522,6 @@ TEST_CASE("a SwiGLU block at decode sizes runs its joined gate/up GEMM on the we
   std::vector<std::uint16_t> y(static_cast<std::size_t>(tokens * hidden), float_to_half_bits(NAN));
   const ge2_binding_t bindings[] = {{"x", x.data()}, {"y", y.data()}};
   plan->execute(bindings, 2, nullptr);
-  auto at = [](const std::vector<std::uint16_t>& v, std::int64_t i) {
-    return static_cast<double>(half_bits_to_float(v[static_cast<std::size_t>(i)]));
-  };
   std::vector<double> want(y.size()), h(static_cast<std::size_t>(inter));
   for (std::int64_t t = 0; t < tokens; ++t) {
     for (std::int64_t j = 0; j < inter; ++j) {
