@@ -130,6 +130,10 @@ typedef enum ge2_dtype {
   GE2_DTYPE_F16 = 1,              /* IEEE binary16 */
   GE2_DTYPE_BF16 = 2,             /* bfloat16 */
   GE2_DTYPE_F32 = 3,              /* IEEE binary32 */
+  GE2_DTYPE_F8_E4M3 = 4,          /* FP8 e4m3 (OCP "fn": largest finite 448, no infinities): a
+                                     storage type only, the data of a quantized constant
+                                     (ge2_graph_add_quantized_constant); no value of a graph,
+                                     input, output or one-shot GEMM has it (added in 2.7) */
   GE2_DTYPE_MAX_ENUM = 0x7fffffff /* not a value: keeps the enum 32 bits wide */
 } ge2_dtype_t;
 
@@ -364,6 +368,45 @@ GE2_API ge2_status_t ge2_graph_add_dynamic_input(ge2_graph_t* graph, const char*
 GE2_API ge2_status_t ge2_graph_add_constant(ge2_graph_t* graph, const char* name,
                                             const ge2_tensor_desc_t* desc, const void* data,
                                             ge2_value_t* out);
+
+/*
+** ge2_graph_add_quantized_constant: declare a constant given in a quantized
+** storage type with its scales, typically a weight of a checkpoint stored in
+** FP8. Its value in the graph is the dequantized tensor
+**     value[i, j] = dtype(e4m3(data[i, j]) * scale)
+** of desc->dtype (f16, bf16 or f32), rounded to nearest even, where scale is
+** scales[0] (scale_axis -1: one scale for the tensor) or scales[i]
+** (scale_axis 0) or scales[j] (scale_axis 1), so that every op reads it as any
+** other constant and the CPU backend computes with it as written.
+**   desc          the value: rank 2, dense (strides all zero or row-major),
+**                 dtype GE2_DTYPE_F16, GE2_DTYPE_BF16 or GE2_DTYPE_F32.
+**   storage_dtype GE2_DTYPE_F8_E4M3 (the only quantized type so far).
+**   data          shape[0] * shape[1] bytes, row-major; no NaN code (0x7f,
+**                 0xff).
+**   scales        scale_count finite floats: 1 for scale_axis -1, else
+**                 shape[scale_axis].
+** Every dequantized element must be finite in desc->dtype (448 * scale may
+** overflow f16). Each fault is GE2_ERROR_INVALID_ARGUMENT naming the argument
+** and value. ge2 copies data and scales at this call.
+**
+** What the quantized form buys: where the constant is a GEMM's B operand and its
+** scales are per tensor or per output channel (the N axis of op(B): axis 0 of
+** nn.Linear's [N, K] weight with trans_b, axis 1 of a [K, N] weight), the CUDA
+** backend's weight-only FP8 kernel (cuda_skinny_fp8w; compute capability 8.9 and
+** later, up to 16 rows) reads these e4m3 bytes and scales as given, one byte per
+** weight, without allow_fp8 and without the accuracy gate: it computes
+** sum_k A[i, k] * e4m3(data) exactly in fp32 and multiplies by the scale,
+** which differs from the 16-bit value above only by that value's rounding.
+** Other kernels read the 16-bit value, which the plan keeps beside the e4m3
+** copy (the plan's description lists both). Under allow_fp8 the row-wise FP8
+** kernels take these bytes too instead of quantizing the 16-bit value.
+** (Added in 2.7.)
+*/
+GE2_API ge2_status_t ge2_graph_add_quantized_constant(ge2_graph_t* graph, const char* name,
+                                                      const ge2_tensor_desc_t* desc,
+                                                      ge2_dtype_t storage_dtype, const void* data,
+                                                      const float* scales, int64_t scale_count,
+                                                      int32_t scale_axis, ge2_value_t* out);
 
 /* Attributes of a GEMM: D = alpha * op(A) * op(B) + beta * C. */
 typedef struct ge2_gemm_attrs {

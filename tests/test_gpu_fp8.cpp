@@ -14,6 +14,7 @@
 #include "support/fp8_block.hpp"
 #include "support/fp8_layer.hpp"
 #include "support/gpu_helpers.hpp"
+#include "support/quantized_weight.hpp"
 
 using namespace ge2::test;
 
@@ -239,6 +240,69 @@ TEST_CASE("gpu fp8: dynamic extents, graph replay and special activations") {
     const Fp8Layer::Errors errors = layer.run(memory, c.m);
     CHECK(errors.vs_e4m3_reference <= tolerance(c.dtype));
     CHECK(errors.vs_fp64 <= kFp8Bound);
+  }
+}
+
+TEST_CASE("gpu fp8: weights given in e4m3 run cuda_skinny_fp8w without allow_fp8, as given") {
+  // ge2_graph_add_quantized_constant: at 1-16 rows the weight-only row reads the given
+  // bytes and scales, so the layer is exact against fp64 on e4m3 * scale to the output's
+  // rounding (quantizing the 16-bit value again would add e4m3's 2^-4 per element, ~2%);
+  // past 16 rows the 16-bit kernels read the dequantized value. One dynamic plan with
+  // graph replay takes both.
+  if (skip_without_fp8()) return;
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  const std::int64_t n = 1536, k = 2048;
+  auto run = [&](const QuantizedLayer& layer, const ge2_compile_options_t* options,
+                 std::int64_t rows) {
+    GraphPtr graph = quantized_layer_graph(layer);
+    ge2_plan_t* raw = nullptr;
+    GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), options, &raw));
+    PlanPtr plan(raw);
+    HostTensor x = layer.x, y = make_tensor(layer.dtype, {layer.m, n});
+    poison(y);
+    void* dx = memory.upload(x);
+    void* dy = memory.upload(y);
+    const ge2_binding_t bindings[] = {{"x", dx}, {"y", dy}};
+    for (int repeat = 0; repeat < 2; ++repeat)  // graph replay: capture, then replay
+      GE2_CHECK(layer.dynamic ? ge2_plan_execute_dynamic(plan.get(), rows, bindings, 2, nullptr)
+                              : ge2_plan_execute(plan.get(), bindings, 2, nullptr));
+    memory.download(dy, y);
+    HostTensor head = make_tensor(layer.dtype, {rows, n});
+    std::copy_n(y.bytes.begin(), head.bytes.size(), head.bytes.begin());
+    const char* text = nullptr;
+    GE2_CHECK(ge2_plan_describe(plan.get(), &text));
+    return std::pair{relative_error(head, layer.reference(rows)), std::string(text)};
+  };
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
+    for (bool trans_b : {true, false})
+      for (int axis : {-1, trans_b ? 0 : 1})
+        for (std::int64_t m : {1, 8, 16, 64}) {
+          INFO("dtype ", dtype, " trans_b ", trans_b, " axis ", axis, " m ", m);
+          QuantizedLayer layer = make_quantized_layer(dtype, m, n, k, trans_b, axis);
+          const auto [error, text] = run(layer, nullptr, m);
+          const std::string kernel = chosen_kernel(text);
+          CHECK((kernel == "cuda_skinny_fp8w") == (m <= 16));
+          // The output's rounding (f16 2^-11, bf16 2^-8 relative) with fp32 sums.
+          CHECK(error <= (dtype == GE2_DTYPE_F16 ? 2e-3 : 8e-3));
+        }
+  // Scales along K cannot be applied per output channel: 16-bit kernels at every size.
+  QuantizedLayer along_k = make_quantized_layer(GE2_DTYPE_F16, 8, n, k, true, 1);
+  const auto [k_error, k_text] = run(along_k, nullptr, 8);
+  CHECK(chosen_kernel(k_text) != "cuda_skinny_fp8w");
+  CHECK(k_error <= 2e-3);
+
+  // One dynamic plan, replayed: the row at 1-16 rows, 16-bit kernels above.
+  QuantizedLayer dynamic = make_quantized_layer(GE2_DTYPE_BF16, 64, n, k, true, 0);
+  dynamic.dynamic = true;
+  ge2_compile_options_t options;
+  GE2_CHECK(ge2_compile_options_init(&options));
+  options.graph_replay = 1;
+  for (std::int64_t rows : {1, 3, 16, 17, 40, 64}) {
+    INFO("rows ", rows);
+    const auto [error, text] = run(dynamic, &options, rows);
+    CHECK(error <= 8e-3);
+    if (rows == 1) CHECK(text.find("cuda_skinny_fp8w") != std::string::npos);
   }
 }
 #endif  // GE2_TEST_WITH_CUDA

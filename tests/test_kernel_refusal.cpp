@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "exec/backend.hpp"
 #include "exec/plan.hpp"
+#include "ir/quantized_constant.hpp"
 #include "support/ir_builders.hpp"
 
 using namespace ge2;
@@ -49,6 +50,14 @@ class RefusingBackend final : public Backend {
                                          const ElementwiseSlots& slots) override {
     return cpu_->make_elementwise(problem, slots);
   }
+  // Records what the plan asks for; the emulation (cpu_fp8_ref) reads B as stored.
+  std::unique_ptr<Buffer> prepare_gemm_weight(KernelId kernel, const GemmProblem& problem,
+                                              const void* b, const void* bias,
+                                              const QuantizedData* given) override {
+    (void)b, (void)bias;
+    if (is_fp8_kernel(kernel)) prepared.push_back({problem, given ? *given : QuantizedData{}});
+    return nullptr;
+  }
   std::unique_ptr<Buffer> allocate(std::size_t bytes) override { return cpu_->allocate(bytes); }
   void upload(Buffer& destination, const void* host, std::size_t bytes) override {
     cpu_->upload(destination, host, bytes);
@@ -68,6 +77,11 @@ class RefusingBackend final : public Backend {
   std::int64_t lt_rows_from = std::numeric_limits<std::int64_t>::max();  // `refused` runs M >= this
   std::int64_t refused_rows = -1;     // when >= 0: `refused` is refused at this M only
   std::vector<GemmProblem> problems;  // of every step built
+  struct Prepared {
+    GemmProblem problem;
+    QuantizedData given;  // rows 0: none was given
+  };
+  std::vector<Prepared> prepared;  // of every prepare_gemm_weight call for an FP8 row
 
  private:
   DeviceInfo device_;
@@ -544,4 +558,155 @@ TEST_CASE("a SwiGLU block at decode sizes runs its joined gate/up GEMM on the we
   const double error = relative_error(y, want);
   CHECK(error > 1e-3);  // e4m3 really ran
   CHECK(error <= 0.1);
+}
+
+TEST_CASE("weights given in e4m3 take the weight-only row without allow_fp8, read as given") {
+  // The SwiGLU block above with its three nn.Linear weights given in e4m3 (per output
+  // channel, per tensor): at 8 tokens every GEMM takes cuda_skinny_fp8w with no
+  // precision option, the joined gate/up weight carries the joined bytes and scales,
+  // and nothing is gated. Scales along K, or 64 tokens, leave the 16-bit kernels.
+  const std::int64_t hidden = 128, inter = 192;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto codes = [&](std::int64_t count) {
+    std::vector<std::uint8_t> c(static_cast<std::size_t>(count));
+    for (auto& code : c) code = float_to_e4m3_bits(normal(rng) * 64.0f);
+    return c;
+  };
+  const auto wg = codes(inter * hidden), wu = codes(inter * hidden), w2 = codes(hidden * inter);
+  std::vector<float> wg_scales(static_cast<std::size_t>(inter)),
+      wu_scales(static_cast<std::size_t>(inter));
+  for (auto& v : wg_scales) v = 0.0884f / 64 * (1.0f + 0.5f * std::abs(normal(rng)));
+  for (auto& v : wu_scales) v = 0.0884f / 64 * (1.0f + 0.5f * std::abs(normal(rng)));
+  const float w2_scale = 0.0722f / 64;
+  const ge2_tensor_desc_t d_in{GE2_DTYPE_F16, 2, {inter, hidden}, {}};
+  const ge2_tensor_desc_t d_out{GE2_DTYPE_F16, 2, {hidden, inter}, {}};
+  auto build = [&](std::int64_t tokens, int up_axis) {
+    Graph g;
+    auto quantized = [&](const char* name, const ge2_tensor_desc_t& desc,
+                         const std::vector<std::uint8_t>& data, const float* scales,
+                         std::int64_t count, int axis) {
+      QuantizedConstantArgs args;
+      args.value = tensor_type_from_desc(desc, "test");
+      args.storage_dtype = GE2_DTYPE_F8_E4M3;
+      args.data = data.data();
+      args.scales = scales;
+      args.scale_count = count;
+      args.scale_axis = axis;
+      return g.add(make_quantized_constant(args, name, "test"));
+    };
+    auto linear = [&](ValueId a, ValueId weight) {
+      Node n;
+      n.kind = OpKind::Gemm;
+      n.a = a;
+      n.b = weight;
+      n.gemm.trans_b = true;
+      return test::add_node(g, n);
+    };
+    const ValueId vx =
+        test::add_input(g, "x", TensorType::dense(DType::F16, 2, {tokens, hidden, 0}));
+    const std::vector<float> k_scales(static_cast<std::size_t>(hidden), wu_scales[0]);
+    Node gated;
+    gated.kind = OpKind::Mul;
+    gated.x = linear(vx, quantized("wg", d_in, wg, wg_scales.data(), inter, 0));
+    gated.y = linear(vx, up_axis == 0 ? quantized("wu", d_in, wu, wu_scales.data(), inter, 0)
+                                      : quantized("wu", d_in, wu, k_scales.data(), hidden, 1));
+    gated.act = Activation::Silu;
+    const ValueId m = test::add_node(g, gated);
+    g.add_output({linear(m, quantized("w2", d_out, w2, &w2_scale, 1, -1)), "y", std::nullopt});
+    return g;
+  };
+  auto kernels_of = [](const nlohmann::json& text) {
+    std::vector<std::string> kernels;
+    for (const auto& step : text["steps"])
+      if (step.contains("selection")) kernels.push_back(step["selection"]["kernel"]);
+    return kernels;
+  };
+
+  auto backend = std::make_shared<RefusingBackend>(8);
+  backend->offered = {KernelId::LtF16, KernelId::CudaSkinnyFp8W, KernelId::CudaF32};
+  backend->refused = KernelId::CpuRef;
+  const auto plan = compile_plan(backend, build(8, 0), CompileOptions{});
+  const auto text = nlohmann::json::parse(plan->description());
+  CHECK(kernels_of(text) == std::vector<std::string>{"cuda_skinny_fp8w", "cuda_skinny_fp8w"});
+  for (const auto& step : text["steps"])
+    if (step.contains("selection"))
+      CHECK(step["selection"]["why"].get<std::string>().find("weight given in e4m3") == 0);
+  CHECK(text["fp8"]["allow_fp8"] == false);
+  CHECK_FALSE(text["fp8"].contains("calibration"));
+  REQUIRE(text["fp8"]["layers"].size() == 2);
+  for (const auto& layer : text["fp8"]["layers"]) {
+    CHECK(layer["decision"].get<std::string>().find("kept: the weight is given in e4m3") == 0);
+    CHECK_FALSE(layer.contains("relative_error"));  // not gated
+  }
+  // The gate never ran (it would build 16 slices of 16 rows), and the copies were made
+  // of the given bytes: the joined gate/up weight is [wg; wu] with both scale vectors.
+  for (const GemmProblem& p : backend->problems) CHECK(p.m == 8);
+  REQUIRE(backend->prepared.size() == 2);
+  const QuantizedData& joined = backend->prepared[0].given;
+  CHECK(backend->prepared[0].problem.b_e4m3);
+  CHECK(joined.rows == 2 * inter);
+  CHECK(joined.axis == 0);
+  std::vector<std::uint8_t> both = wg;
+  both.insert(both.end(), wu.begin(), wu.end());
+  CHECK(joined.data == both);
+  std::vector<float> both_scales = wg_scales;
+  both_scales.insert(both_scales.end(), wu_scales.begin(), wu_scales.end());
+  CHECK(joined.scales == both_scales);
+  const QuantizedData& down = backend->prepared[1].given;
+  CHECK(down.data == w2);
+  CHECK(down.axis == -1);  // one scale: the backend repeats it per channel
+  CHECK(down.scales == std::vector<float>{w2_scale});
+
+  // x through the plan against fp64 on the given weights (e4m3 * scale).
+  const std::int64_t tokens = 8;
+  auto x = random_f16(rng, static_cast<std::size_t>(tokens * hidden), 1.0f);
+  std::vector<std::uint16_t> y(static_cast<std::size_t>(tokens * hidden), float_to_half_bits(NAN));
+  const ge2_binding_t bindings[] = {{"x", x.data()}, {"y", y.data()}};
+  plan->execute(bindings, 2, nullptr);
+  auto weight = [](const std::vector<std::uint8_t>& c, std::int64_t i, double scale) {
+    return static_cast<double>(e4m3_bits_to_float(c[static_cast<std::size_t>(i)])) * scale;
+  };
+  std::vector<double> want(y.size()), h(static_cast<std::size_t>(inter));
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t j = 0; j < inter; ++j) {
+      double gate = 0, up = 0;
+      for (std::int64_t k = 0; k < hidden; ++k) {
+        gate += at(x, t * hidden + k) *
+                weight(wg, j * hidden + k, wg_scales[static_cast<std::size_t>(j)]);
+        up += at(x, t * hidden + k) *
+              weight(wu, j * hidden + k, wu_scales[static_cast<std::size_t>(j)]);
+      }
+      h[static_cast<std::size_t>(j)] = gate / (1.0 + std::exp(-gate)) * up;
+    }
+    for (std::int64_t j = 0; j < hidden; ++j) {
+      double sum = 0;
+      for (std::int64_t k = 0; k < inter; ++k)
+        sum += h[static_cast<std::size_t>(k)] * weight(w2, j * inter + k, w2_scale);
+      want[static_cast<std::size_t>(t * hidden + j)] = sum;
+    }
+  }
+  // cpu_fp8_ref re-rounds the (16-bit) weight and A to e4m3: the bound of the block above.
+  CHECK(relative_error(y, want) <= 0.1);
+
+  // Scales along K on one half: the joined weight has no e4m3 form, so the first GEMM
+  // stays 16-bit (FP8 is not allowed) and the pass says why; the down projection keeps it.
+  auto k_backend = std::make_shared<RefusingBackend>(8);
+  k_backend->offered = backend->offered;
+  k_backend->refused = KernelId::CpuRef;
+  const auto k_plan = compile_plan(k_backend, build(8, 1), CompileOptions{});
+  const auto k_text = nlohmann::json::parse(k_plan->description());
+  CHECK(kernels_of(k_text) == std::vector<std::string>{"lt_f16", "cuda_skinny_fp8w"});
+  CHECK(k_text.dump().find("has no quantized form") != std::string::npos);
+  CHECK(k_text["steps"][0]["selection"]["candidates"].dump().find("FP8 not allowed") !=
+        std::string::npos);
+
+  // 64 tokens: past the row's 16, the 16-bit kernels read the dequantized value.
+  auto wide_backend = std::make_shared<RefusingBackend>(8);
+  wide_backend->offered = backend->offered;
+  wide_backend->refused = KernelId::CpuRef;
+  const auto wide = compile_plan(wide_backend, build(64, 0), CompileOptions{});
+  CHECK(kernels_of(nlohmann::json::parse(wide->description())) ==
+        std::vector<std::string>{"lt_f16", "lt_f16"});
+  CHECK(wide_backend->prepared.empty());
 }

@@ -41,8 +41,9 @@ void check_params(const ge2_gemm_params_t& p, const char* f) {
           "{}: argument 'params->trans_b' = {} must be 0 or 1", f, p.trans_b);
   require(p.has_bias == 0 || p.has_bias == 1, GE2_ERROR_INVALID_ARGUMENT,
           "{}: argument 'params->has_bias' = {} must be 0 or 1", f, p.has_bias);
-  require(is_valid_dtype(raw_enum(p.dtype)), GE2_ERROR_INVALID_ARGUMENT,
-          "{}: argument 'params->dtype' = {} is not a ge2_dtype_t", f, raw_enum(p.dtype));
+  const std::string dtype_problem = compute_dtype_problem(raw_enum(p.dtype));
+  require(dtype_problem.empty(), GE2_ERROR_INVALID_ARGUMENT, "{}: argument 'params->dtype' = {}", f,
+          dtype_problem);
   require(is_valid_activation(raw_enum(p.activation)), GE2_ERROR_INVALID_ARGUMENT,
           "{}: argument 'params->activation' = {} is not a ge2_activation_t", f,
           raw_enum(p.activation));

@@ -8,6 +8,7 @@
 #include "api/graph_access.hpp"
 #include "core/host_memory.hpp"
 #include "core/raw_enum.hpp"
+#include "ir/quantized_constant.hpp"
 
 using namespace ge2;
 
@@ -157,6 +158,29 @@ ge2_status_t ge2_graph_add_constant(ge2_graph_t* graph, const char* name,
     std::memcpy(copy->data(), data, bytes);
     node.constant_data = std::move(copy);
     *out = graph->graph.add(std::move(node));
+  });
+}
+
+ge2_status_t ge2_graph_add_quantized_constant(ge2_graph_t* graph, const char* name,
+                                              const ge2_tensor_desc_t* desc,
+                                              ge2_dtype_t storage_dtype, const void* data,
+                                              const float* scales, int64_t scale_count,
+                                              int32_t scale_axis, ge2_value_t* out) {
+  return guarded(__func__, [&](const char* f) {
+    GraphWriteLock lock(graph, f);
+    check_new_name(graph->graph, name, f);
+    require_not_null(desc, f, "desc");
+    require_not_null(data, f, "data");
+    require_not_null(scales, f, "scales");
+    require_not_null(out, f, "out");
+    QuantizedConstantArgs args;
+    args.value = tensor_type_from_desc(*desc, fmt::format("{}: argument 'desc'", f));
+    args.storage_dtype = raw_enum(storage_dtype);
+    args.data = data;
+    args.scales = scales;
+    args.scale_count = scale_count;
+    args.scale_axis = scale_axis;
+    *out = graph->graph.add(make_quantized_constant(args, name, f));
   });
 }
 

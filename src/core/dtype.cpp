@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
+
 namespace ge2 {
 
 std::uint16_t float_to_half_bits(float value) {
@@ -79,6 +81,17 @@ float e4m3_bits_to_float(std::uint8_t bits) {
     magnitude = std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
   }
   return (bits & 0x80u) ? -magnitude : magnitude;
+}
+
+std::string compute_dtype_problem(int value) {
+  if (!is_known_dtype(value)) return fmt::format("{} is not a ge2_dtype_t", value);
+  const DTypeInfo& info = dtype_info(static_cast<DType>(value));
+  if (!info.computes)
+    return fmt::format(
+        "{} ({}) is a storage type only: quantized constants take it "
+        "(ge2_graph_add_quantized_constant)",
+        value, info.name);
+  return "";
 }
 
 }  // namespace ge2

@@ -116,8 +116,8 @@ void check_strides_do_not_overlap(const TensorType& type, const std::string& whe
 }
 
 TensorType tensor_type_from_desc(const ge2_tensor_desc_t& desc, const std::string& where) {
-  require(is_valid_dtype(raw_enum(desc.dtype)), GE2_ERROR_INVALID_ARGUMENT, "{}: unknown dtype {}",
-          where, raw_enum(desc.dtype));
+  const std::string dtype_problem = compute_dtype_problem(raw_enum(desc.dtype));
+  require(dtype_problem.empty(), GE2_ERROR_INVALID_ARGUMENT, "{}: dtype {}", where, dtype_problem);
   require(desc.rank >= 1 && desc.rank <= 3, GE2_ERROR_INVALID_ARGUMENT,
           "{}: rank {} is not 1, 2 or 3", where, desc.rank);
   TensorType type;

@@ -68,10 +68,13 @@ class Backend {
   // B in the form `kernel` reads, made once from the constant B at `b` and
   // bias at `bias` (nullptr: none) in backend memory: the FP8 rows' e4m3 copy
   // and scale, a gated CUTLASS GEMM's interleaved weight and bias; nullptr when
-  // the kernel reads B as it is.
+  // the kernel reads B as it is. `given`: B's quantized form as the caller gave it
+  // (host memory; problem.b_e4m3), which the FP8 rows' copy is made of instead of
+  // quantizing the value at `b`; nullptr otherwise.
   virtual std::unique_ptr<Buffer> prepare_gemm_weight(KernelId kernel, const GemmProblem& problem,
-                                                      const void* b, const void* bias) {
-    (void)kernel, (void)problem, (void)b, (void)bias;
+                                                      const void* b, const void* bias,
+                                                      const QuantizedData* given) {
+    (void)kernel, (void)problem, (void)b, (void)bias, (void)given;
     return nullptr;
   }
   virtual std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,

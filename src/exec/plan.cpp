@@ -78,9 +78,31 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
                    {"constant_bytes", owned.constants},
                    {"constants", constants_json},
                    {"passes", passes_json}};
-  if (options.policy.allow_fp8) {
+  const Graph& compiled = plan->graph_;
+  const auto reads_given_e4m3 = [&compiled] {
+    for (ValueId id = 0; id < compiled.size(); ++id)
+      if (const Node& node = compiled.node(id);
+          node.live && node.is_gemm_family() && compiled.node(node.b).quantized)
+        return true;
+    return false;
+  };
+  if (options.policy.allow_fp8 || reads_given_e4m3()) {
     nlohmann::json fp8 = plan->apply_fp8_policy();
     if (describe) description["fp8"] = std::move(fp8);
+  }
+  // The e4m3 copies are made: the plan keeps the backend's copies only (the
+  // scales stay, which make_gemm_problem reads).
+  for (ValueId id = 0; id < plan->graph_.size(); ++id) {
+    Node& node = plan->graph_.node(id);
+    if (!node.quantized) continue;
+    const QuantizedData& given = *node.quantized;
+    auto scales_only = std::make_shared<QuantizedData>();
+    scales_only->storage = given.storage;
+    scales_only->rows = given.rows;
+    scales_only->cols = given.cols;
+    scales_only->scales = given.scales;
+    scales_only->axis = given.axis;
+    node.quantized = std::move(scales_only);
   }
   plan->prepare_gated_weights();
   if (bound > 0 && describe)
@@ -164,11 +186,19 @@ Plan::OwnedBytes Plan::allocate_owned(Graph& graph, nlohmann::json* constants_js
     if (node.kind == OpKind::Constant) {
       const std::size_t bytes = node.constant_data->size();
       backend.upload(*buffer, node.constant_data->data(), bytes);
-      if (constants_json)
-        constants_json->push_back({{"name", node.input_name},
-                                   {"node", id},
-                                   {"type", type.shape_string()},
-                                   {"bytes", bytes}});
+      if (constants_json) {
+        nlohmann::json entry{{"name", node.input_name},
+                             {"node", id},
+                             {"type", type.shape_string()},
+                             {"bytes", bytes}};
+        if (const QuantizedData* q = node.quantized.get())
+          entry["given_as"] = fmt::format(
+              "{} with {} (the FP8 rows read these bytes; other kernels the value above)",
+              dtype_name(q->storage),
+              q->axis < 0 ? "one scale"
+                          : fmt::format("one scale per {}", q->axis == 0 ? "row" : "column"));
+        constants_json->push_back(entry);
+      }
       node.constant_data.reset();  // the plan keeps the backend's copy only
     }
     slot_of_[static_cast<std::size_t>(id)] = add_slot(buffer->data(), false);

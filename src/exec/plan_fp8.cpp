@@ -1,5 +1,8 @@
-// allow_fp8 in a plan: the accuracy gate on each GEMM an FP8 kernel was chosen for
-// and the fallback of those it refuses.
+// FP8 rows in a plan: under allow_fp8 the accuracy gate on each GEMM an FP8 kernel
+// was chosen for and the fallback of those it refuses; the e4m3 weight copies the
+// rows read, made from a weight given in e4m3 as given (no gate without allow_fp8:
+// docs/fp8.md).
+#include <cassert>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -31,6 +34,7 @@ nlohmann::json Plan::apply_fp8_policy() {
     };
     // The gate and the scratch take the problem at the bound: the most rows.
     const GemmProblem problem = make_gemm_problem(graph_, id, storage_);
+    const QuantizedData* given = problem.b_e4m3 ? graph_.node(node.b).quantized.get() : nullptr;
     std::unique_ptr<Buffer> prepared;  // the constant B's e4m3 copy, made for the first FP8 row
     std::map<KernelId, std::string> refused;  // FP8 rows gated and refused, with the reason
     // Refuses `kernel` in every list that chose it; returns what took its place
@@ -54,7 +58,28 @@ nlohmann::json Plan::apply_fp8_policy() {
         continue;
       }
       if (const void* b = constant_data(node.b); b && !prepared)
-        prepared = backend.prepare_gemm_weight(*fp8, problem, b, constant_data(node.bias));
+        prepared = backend.prepare_gemm_weight(*fp8, problem, b, constant_data(node.bias), given);
+      const std::string scales =
+          given ? fmt::format("as given with the weight ({}), per output channel at compile",
+                              given->axis < 0 ? "one for the tensor" : "one per output channel")
+                : "per output channel of the weight (amax / 448) at compile";
+      const std::string a_scales = kernel_info(*fp8).fp8_weight_only
+                                       ? "; the activation stays 16-bit"
+                                       : "; per row of the activation (amax / 448) every "
+                                         "execution";
+      if (!policy.allow_fp8) {
+        // Only the weight-only row on a weight given in e4m3 gets here
+        // (dtype_rule): it reads the graph's own numbers, so nothing is gated.
+        assert(given && kernel_info(*fp8).fp8_weight_only);
+        layers.push_back({{"node", id},
+                          {"kernel", kernel_name(*fp8)},
+                          {"scales", scales + a_scales},
+                          {"decision",
+                           "kept: the weight is given in e4m3 and read as given "
+                           "(allow_fp8 = 0: no accuracy gate)"}});
+        kept.insert(*fp8);
+        continue;
+      }
       const Fp8GateResult gate =
           measure_fp8_error(backend, problem, *fp8, constant_data(node.b), constant_data(node.bias),
                             prepared ? prepared->data() : nullptr, policy);
@@ -64,19 +89,14 @@ nlohmann::json Plan::apply_fp8_policy() {
         if (!measured) return nlohmann::json("not measured");
         return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json("not finite");
       };
-      nlohmann::json layer{
-          {"node", id},
-          {"kernel", kernel_name(*fp8)},
-          {"scales", kernel_info(*fp8).fp8_weight_only
-                         ? "per output channel of the weight (amax / 448) at compile; "
-                           "the activation stays 16-bit"
-                         : "row-wise (amax / 448): per output channel of the weight at "
-                           "compile, per row of the activation every execution"},
-          {"calibration_rows", gate.rows},
-          {"compared_with", kernel_name(gate.reference)},
-          {"relative_error", number(gate.relative_error)},
-          {"worst_channel_error", number(gate.worst_channel_error)},
-          {"max_error", policy.fp8_max_error}};
+      nlohmann::json layer{{"node", id},
+                           {"kernel", kernel_name(*fp8)},
+                           {"scales", scales + a_scales},
+                           {"calibration_rows", gate.rows},
+                           {"compared_with", kernel_name(gate.reference)},
+                           {"relative_error", number(gate.relative_error)},
+                           {"worst_channel_error", number(gate.worst_channel_error)},
+                           {"max_error", policy.fp8_max_error}};
       if (passed) {
         layer["decision"] = "kept";
         kept.insert(*fp8);
@@ -106,13 +126,14 @@ nlohmann::json Plan::apply_fp8_policy() {
     if (prepared) b_prepared_slot_[id] = add_owned_slot(std::move(prepared));
   }
   if (scratch_bytes > 0) scratch_slot_ = add_owned_slot(backend.allocate(scratch_bytes));
-  return {{"allow_fp8", true},
-          {"max_error", policy.fp8_max_error},
-          {"calibration", fmt::format("{} rows of N(0, 1) inputs; the plan's constants as "
-                                      "they are",
-                                      kFp8CalibrationRows)},
-          {"scratch_bytes", scratch_bytes},
-          {"layers", layers}};
+  nlohmann::json description{
+      {"allow_fp8", policy.allow_fp8}, {"scratch_bytes", scratch_bytes}, {"layers", layers}};
+  if (policy.allow_fp8) {
+    description["max_error"] = policy.fp8_max_error;
+    description["calibration"] = fmt::format(
+        "{} rows of N(0, 1) inputs; the plan's constants as they are", kFp8CalibrationRows);
+  }
+  return description;
 }
 
 }  // namespace ge2

@@ -277,7 +277,7 @@ void Plan::prepare_gated_weights() {
       const KernelId kernel = (*selections)[static_cast<std::size_t>(id)].kernel;
       if (!gated_epilogue_problem(problem, kernel).empty()) continue;
       auto prepared = backend_->prepare_gemm_weight(kernel, problem, constant_data(node.b),
-                                                    constant_data(node.bias));
+                                                    constant_data(node.bias), nullptr);
       if (prepared) gated_prepared_slot_[id] = add_owned_slot(std::move(prepared));
       break;  // one dtype per node: every gated row reads the same form
     }

@@ -9,6 +9,14 @@
 
 namespace ge2 {
 
+std::optional<std::vector<float>> QuantizedData::scales_along(int along) const {
+  assert(along == 0 || along == 1);
+  if (axis == -1)
+    return std::vector<float>(static_cast<std::size_t>(along == 0 ? rows : cols), scales.front());
+  if (axis == along) return scales;
+  return std::nullopt;
+}
+
 std::vector<ValueId> Node::operands() const {
   std::vector<ValueId> ids;
   for (ValueId id : {a, b, c, x, y, bias})

@@ -2,6 +2,7 @@
 // earlier node), each producing one value whose id is the node's index.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +40,20 @@ struct GemmAttrs {
   float beta = 0.0f;
 };
 
+// A constant given in a quantized storage type (ge2_graph_add_quantized_constant),
+// kept beside its dequantized value so that a kernel reading the quantized form
+// takes these bytes and scales as given instead of quantizing the value again.
+struct QuantizedData {
+  DType storage = DType::F8E4M3;
+  std::int64_t rows = 0, cols = 0;
+  std::vector<std::uint8_t> data;  // rows x cols, row-major
+  std::vector<float> scales;       // 1 (axis -1) or one per row (axis 0) / column (axis 1)
+  int axis = -1;
+  // One scale per index along `along` (0: rows, 1: columns), the tensor's scale
+  // repeated when it has one; nullopt when the scales vary along the other axis.
+  std::optional<std::vector<float>> scales_along(int along) const;
+};
+
 struct Node {
   OpKind kind = OpKind::Input;
   // Operands by role; unused roles hold kNoValue.
@@ -54,6 +69,8 @@ struct Node {
   std::string input_name;  // Input and Constant: the name
   // Constant only: the bytes of its span, shared by copies of the graph.
   std::shared_ptr<const std::vector<unsigned char>> constant_data;
+  // Constant only: the quantized form it was given in, or null.
+  std::shared_ptr<const QuantizedData> quantized;
   TensorType type;                  // the value this node produces
   bool live = true;                 // cleared by dead-node removal
   std::vector<ValueId> fused_from;  // original nodes folded into this one (for the plan text)

@@ -69,7 +69,10 @@ GemmProblem make_gemm_problem(const Graph& graph, ValueId d,
   p.act = node.act;
   p.alpha = node.gemm.alpha;
   p.beta = node.gemm.beta;
-  p.b_constant = graph.node(node.b).kind == OpKind::Constant;
+  const Node& b_node = graph.node(node.b);
+  p.b_constant = b_node.kind == OpKind::Constant;
+  p.b_e4m3 = b_node.quantized && b_node.quantized->storage == DType::F8E4M3 &&
+             b_node.quantized->scales_along(p.trans_b ? 0 : 1).has_value();
   return p;
 }
 

@@ -7,29 +7,47 @@
 namespace ge2 {
 namespace {
 
-// The concatenation [first | second] of two dense constants along `axis`
-// (0: rows, 1: columns) of their rank-2 or rank-1 shapes.
-std::shared_ptr<const std::vector<unsigned char>> concatenate(const Node& first, const Node& second,
-                                                              int axis) {
-  const auto& p = *first.constant_data;
-  const auto& q = *second.constant_data;
-  auto joined = std::make_shared<std::vector<unsigned char>>();
-  joined->reserve(p.size() + q.size());
+// The concatenation [p | q] of two dense row-major tensors of `rows` rows (1 for
+// rank 1) along `axis` (0: rows, 1: columns), whatever their element size.
+template <typename Bytes>
+Bytes concatenate(const Bytes& p, const Bytes& q, std::int64_t rows, int axis) {
+  Bytes joined;
+  joined.reserve(p.size() + q.size());
   if (axis == 0) {
-    joined->insert(joined->end(), p.begin(), p.end());
-    joined->insert(joined->end(), q.begin(), q.end());
+    joined.insert(joined.end(), p.begin(), p.end());
+    joined.insert(joined.end(), q.begin(), q.end());
     return joined;
   }
-  const std::int64_t rows = first.type.shape[0];
   const std::size_t p_row = p.size() / static_cast<std::size_t>(rows);
   const std::size_t q_row = q.size() / static_cast<std::size_t>(rows);
   for (std::int64_t r = 0; r < rows; ++r) {
     const auto row = static_cast<std::size_t>(r);
-    joined->insert(joined->end(), p.begin() + static_cast<std::ptrdiff_t>(row * p_row),
-                   p.begin() + static_cast<std::ptrdiff_t>((row + 1) * p_row));
-    joined->insert(joined->end(), q.begin() + static_cast<std::ptrdiff_t>(row * q_row),
-                   q.begin() + static_cast<std::ptrdiff_t>((row + 1) * q_row));
+    joined.insert(joined.end(), p.begin() + static_cast<std::ptrdiff_t>(row * p_row),
+                  p.begin() + static_cast<std::ptrdiff_t>((row + 1) * p_row));
+    joined.insert(joined.end(), q.begin() + static_cast<std::ptrdiff_t>(row * q_row),
+                  q.begin() + static_cast<std::ptrdiff_t>((row + 1) * q_row));
   }
+  return joined;
+}
+
+// The quantized form of [first | second] along `axis`, or null when one was not
+// given quantized or their scales vary along the other axis (the joined value is
+// then a plain constant: kernels read its dequantized value).
+std::shared_ptr<const QuantizedData> join_quantized(const Node& first, const Node& second,
+                                                    int axis) {
+  if (!first.quantized || !second.quantized) return nullptr;
+  const QuantizedData& p = *first.quantized;
+  const QuantizedData& q = *second.quantized;
+  const auto p_scales = p.scales_along(axis);
+  const auto q_scales = q.scales_along(axis);
+  if (!p_scales || !q_scales) return nullptr;
+  auto joined = std::make_shared<QuantizedData>();
+  joined->storage = p.storage;
+  joined->rows = axis == 0 ? p.rows + q.rows : p.rows;
+  joined->cols = axis == 0 ? p.cols : p.cols + q.cols;
+  joined->data = concatenate(p.data, q.data, p.rows, axis);
+  joined->scales = concatenate(*p_scales, *q_scales, 1, 0);
+  joined->axis = axis;
   return joined;
 }
 
@@ -76,7 +94,10 @@ std::string why_not(const Graph& graph, ValueId gate_id, ValueId up_id) {
 void join_constants(Graph& graph, ValueId into, ValueId other, int axis) {
   Node& node = graph.node(into);
   const Node& second = graph.node(other);
-  node.constant_data = concatenate(node, second, axis);
+  node.constant_data = std::make_shared<const std::vector<unsigned char>>(
+      concatenate(*node.constant_data, *second.constant_data,
+                  node.type.rank == 2 ? node.type.shape[0] : 1, axis));
+  node.quantized = node.type.rank == 2 ? join_quantized(node, second, axis) : nullptr;
   std::array<std::int64_t, 3> shape = node.type.shape;
   shape[axis] += second.type.shape[axis];
   node.type = TensorType::dense(node.type.dtype, node.type.rank, shape);
@@ -113,7 +134,13 @@ void GateUpConcatPass::run(Graph& graph, PassLog& log) const {
     const Activation act = mul.act != Activation::None ? mul.act : gate.act;
     // B is [K, N] or, transposed (nn.Linear's [out, in]), [N, K]: N grows along
     // columns or rows. Bias is [N].
+    const bool any_quantized = graph.node(gate.b).quantized || graph.node(up.b).quantized;
     join_constants(graph, gate.b, up.b, gate.gemm.trans_b ? 0 : 1);
+    if (any_quantized && !graph.node(gate.b).quantized)
+      log.notes.push_back(fmt::format(
+          "the joined weight #{} has no quantized form (one half was not given quantized, or "
+          "its scales run along K): its kernels read the dequantized value",
+          gate.b));
     if (gate.bias != kNoValue) join_constants(graph, gate.bias, up.bias, 0);
     log.notes.push_back(fmt::format(
         "concatenated gemm #{} and gemm #{} (shared A #{}, constant weights) into gemm #{} of "

@@ -34,12 +34,16 @@ constexpr double kUnalignedTensorCorePenalty = 0.2;
 // unstaged, measured 25.8 vs 17.3). Stage only for a predicted gain of 15% or more.
 constexpr double kStagingRequiredGain = 0.85;
 
-std::string dtype_rule(const KernelInfo& kernel, DType dtype, const SelectionPolicy& policy) {
+std::string dtype_rule(const KernelInfo& kernel, const GemmProblem& problem,
+                       const SelectionPolicy& policy) {
+  const DType dtype = problem.dtype;
   if (kernel.dtype && *kernel.dtype != dtype)
     return fmt::format("needs {} tensors", dtype_name(*kernel.dtype));
   if (kernel.tf32 && !policy.allow_tf32)
     return "TF32 not allowed by the compile options (allow_tf32 = 0)";
-  if (kernel.fp8 && !policy.allow_fp8)
+  // A weight given in e4m3 read as given changes no number the graph defines
+  // (beyond its 16-bit rounding): no precision decision, so no allow_fp8.
+  if (kernel.fp8 && !policy.allow_fp8 && !(kernel.fp8_weight_only && problem.b_e4m3))
     return "FP8 not allowed by the compile options (allow_fp8 = 0)";
   if (kernel.fp8 && dtype == DType::F32) return "FP8 runs f16 and bf16 GEMMs only";
   return "";
@@ -445,7 +449,7 @@ Selection select_gemm_kernel(const GemmProblem& problem, const DeviceInfo& devic
     Candidate candidate;
     candidate.kernel = kernel;
     std::string reason = device_rule(kernel_info(kernel), device);
-    if (reason.empty()) reason = dtype_rule(kernel_info(kernel), problem.dtype, policy);
+    if (reason.empty()) reason = dtype_rule(kernel_info(kernel), problem, policy);
     if (reason.empty() && is_cublaslt_kernel(kernel) && !layout_problem.empty())
       reason = layout_problem;
     if (reason.empty() && is_cutlass_kernel(kernel) && !cutlass_problem.empty())
@@ -566,7 +570,8 @@ void choose_kernel(Selection& selection, const GemmProblem& problem, const Selec
     if (candidate.needs_measurement && !candidate.measured) continue;
     if (best == nullptr || ranks_before(candidate, *best)) best = &candidate;
   }
-  // An FP8 row (feasible only under allow_fp8) replaces that choice where the
+  // An FP8 row (feasible only under allow_fp8, or the weight-only row on a weight
+  // given in e4m3) replaces that choice where the
   // model rates it faster, both rated by the model: the tuner does not time FP8
   // rows, and their accuracy is judged by the compile-time gate, not here.
   const Candidate* fp8 = nullptr;
@@ -578,11 +583,12 @@ void choose_kernel(Selection& selection, const GemmProblem& problem, const Selec
   if (fp8 != nullptr && (best == nullptr || fp8->model_us < best->model_us)) {
     selection.kernel = fp8->kernel;
     selection.staged = false;
+    const char* why_fp8 = policy.allow_fp8 ? "allow_fp8" : "weight given in e4m3";
     selection.why =
         best == nullptr
-            ? fmt::format("allow_fp8: the only kernel left ({:.2f} us estimated)", fp8->model_us)
-            : fmt::format("allow_fp8: estimated {:.2f} us against {:.2f} us for {}", fp8->model_us,
-                          best->model_us, kernel_name(best->kernel));
+            ? fmt::format("{}: the only kernel left ({:.2f} us estimated)", why_fp8, fp8->model_us)
+            : fmt::format("{}: estimated {:.2f} us against {:.2f} us for {}", why_fp8,
+                          fp8->model_us, best->model_us, kernel_name(best->kernel));
     return;
   }
   require(best != nullptr, GE2_ERROR_UNSUPPORTED, "no kernel can run GEMM {} ({})", problem,

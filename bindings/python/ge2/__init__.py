@@ -219,6 +219,54 @@ class Graph:
         _check(_lib.ge2_graph_add_constant(self._handle, encoded, ctypes.byref(desc), v.pointer, ctypes.byref(out)))
         return self._new_value(out.value)
 
+    def quantized_constant(self, name: str, data, scales, scale_axis=None, dtype="f16") -> Value:
+        """A constant given in FP8 e4m3 with its scales, as FP8 checkpoints store weights: its value
+        in the graph is e4m3(data) * scale in `dtype` ("f16", "bf16" or "f32"); see
+        ge2_graph_add_quantized_constant. data: a 2-D host array of e4m3 codes (NumPy uint8 or
+        ml_dtypes.float8_e4m3fn, or a CPU torch tensor of torch.float8_e4m3fn or torch.uint8).
+        scales: one float (scale_axis None) or one per row (scale_axis 0) or column (1). As an
+        nn.Linear weight [out, in] read with trans_b=True and per-output-channel scales
+        (scale_axis 0), CUDA plans run it at decode sizes on the weight-only FP8 kernel, reading
+        the bytes as given."""
+        import numpy as np
+
+        f = "ge2.Graph.quantized_constant"
+        encoded = _checks.name(name, "name", f)
+        value_dtype = _dtype(dtype, f)
+        if type(data).__module__.startswith("torch"):
+            if data.device.type != "cpu":
+                raise invalid(f, f"argument 'data' is on {data.device}; constants are copied from host memory "
+                                 f"(pass data.cpu())")
+            if str(data.dtype) not in ("torch.float8_e4m3fn", "torch.uint8"):
+                raise invalid(f, f"argument 'data' has dtype {data.dtype}; e4m3 codes are torch.float8_e4m3fn "
+                                 f"or torch.uint8")
+            import torch
+            codes = data.contiguous().view(torch.uint8).numpy()
+        else:
+            array = np.asarray(data)
+            if array.dtype == np.uint8:
+                codes = array
+            elif array.dtype.name == "float8_e4m3fn" and array.dtype.itemsize == 1:
+                codes = array.view(np.uint8)
+            else:
+                raise invalid(f, f"argument 'data' has dtype {array.dtype}; e4m3 codes are uint8 or "
+                                 f"ml_dtypes.float8_e4m3fn")
+        if codes.ndim != 2:
+            raise invalid(f, f"argument 'data' has {codes.ndim} dimensions; a quantized constant is a matrix")
+        codes = np.ascontiguousarray(codes)
+        try:
+            scale_array = np.ascontiguousarray(np.asarray(scales, dtype=np.float32).reshape(-1))
+        except (TypeError, ValueError):
+            raise TypeError(f"{f}: argument 'scales' = {scales!r} is not a float or a sequence of floats") from None
+        axis = -1 if scale_axis is None else _checks.integer(scale_axis, "scale_axis", f, -1, 1)
+        desc = _desc(value_dtype, codes.shape, None, f)
+        out = ctypes.c_int32()
+        _check(_lib.ge2_graph_add_quantized_constant(
+            self._handle, encoded, ctypes.byref(desc), _capi.DTYPE_F8_E4M3, codes.ctypes.data,
+            scale_array.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), scale_array.size, axis,
+            ctypes.byref(out)))
+        return self._new_value(out.value)
+
     @staticmethod
     def _attrs(trans_a, trans_b, alpha, beta, function):
         attrs = _capi.GemmAttrs()

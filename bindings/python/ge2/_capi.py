@@ -16,6 +16,7 @@ STATUS_NAMES = {
     9: "GE2_ERROR_VERSION_MISMATCH", 10: "GE2_ERROR_INTERNAL",
 }
 DTYPE_F16, DTYPE_BF16, DTYPE_F32 = 1, 2, 3
+DTYPE_F8_E4M3 = 4  # storage only: a quantized constant's data (since 2.7)
 DEVICES = {"auto": 0, "cuda": 1, "cpu": 2}
 TUNE_MODES = {"off": 0, "cached": 1, "tune": 2}
 ACTIVATIONS = {None: 0, "none": 0, "relu": 1, "gelu": 2, "gelu_erf": 2, "gelu_tanh": 3, "silu": 4,
@@ -197,6 +198,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ge2_graph_add_gemm_bias_act": (S, [P, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(GemmAttrs), I, value_p]),
         "ge2_graph_add_elementwise": (S, [P, I, ctypes.c_int32, ctypes.c_int32, value_p]),
         "ge2_graph_add_constant": (S, [P, ctypes.c_char_p, ctypes.POINTER(TensorDesc), P, value_p]),
+        "ge2_graph_add_quantized_constant": (S, [P, ctypes.c_char_p, ctypes.POINTER(TensorDesc), ctypes.c_int, P,
+                                                 ctypes.POINTER(ctypes.c_float), ctypes.c_int64, ctypes.c_int32,
+                                                 value_p]),
         "ge2_graph_mark_output": (S, [P, ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(TensorDesc)]),
         "ge2_graph_get_desc": (S, [P, ctypes.c_int32, ctypes.POINTER(TensorDesc)]),
         "ge2_compile_options_init_sized": (S, [ctypes.POINTER(CompileOptions), ctypes.c_size_t]),  # with this module's struct size

@@ -183,7 +183,8 @@ class CudaBackend final : public Backend {
     return is_cublaslt_fp8_kernel(kernel) ? fp8_scratch_bytes(problem, b_prepared) : 0;
   }
   std::unique_ptr<Buffer> prepare_gemm_weight(KernelId kernel, const GemmProblem& problem,
-                                              const void* b, const void* bias) override {
+                                              const void* b, const void* bias,
+                                              const QuantizedData* given) override {
 #ifdef GE2_WITH_CUTLASS
     if (problem.gated && is_cutlass_kernel(kernel)) {
       const DeviceGuard device_guard(ordinal_);
@@ -195,7 +196,10 @@ class CudaBackend final : public Backend {
     if (!is_fp8_kernel(kernel)) return nullptr;  // both FP8 families read this copy
     const DeviceGuard device_guard(ordinal_);
     auto buffer = std::make_unique<DeviceBufferHolder>(fp8_weight_bytes(problem));
-    prepare_fp8_weight(problem, b, buffer->data(), device_.sm_count);
+    if (given)
+      prepare_given_fp8_weight(problem, *given, buffer->data());
+    else
+      prepare_fp8_weight(problem, b, buffer->data(), device_.sm_count);
     return buffer;
   }
   void download(void* host, const void* source, std::size_t bytes) override {

@@ -9,9 +9,11 @@
 // GEMM reads: plan_steps.cpp). cuBLASLt's e4m3 kernels take the "TN" layout only:
 // both copies are written K-contiguous ([M, K] and [N, K]), whatever the
 // operands' own layouts.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -173,6 +175,27 @@ void prepare_fp8_weight(const GemmProblem& problem, const void* b, void* prepare
   const Fp8Operand weight = fp8_operand(prepared, p.n);
   launch_quantize_e4m3_rows(p.dtype, op_b_transposed(p), b, weight.data, weight.scales, sm_count,
                             nullptr);
+  GE2_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+}
+
+void prepare_given_fp8_weight(const GemmProblem& problem, const QuantizedData& given,
+                              void* prepared) {
+  // B is [N, K] with trans_b (its rows are op(B)^T's), else [K, N].
+  const int channel_axis = problem.trans_b ? 0 : 1;
+  const auto scales = given.scales_along(channel_axis);
+  require(problem.b_e4m3 && scales && given.rows * given.cols == problem.n * problem.k &&
+              given.data.size() == static_cast<std::size_t>(problem.n * problem.k),
+          GE2_ERROR_INTERNAL, "the e4m3 weight given does not match GEMM {}", problem);
+  std::vector<std::uint8_t> block(fp8_weight_bytes(problem));
+  const Fp8Operand weight = fp8_operand(block.data(), problem.n);
+  std::copy(scales->begin(), scales->end(), weight.scales);
+  for (std::int64_t n = 0; n < problem.n; ++n)
+    for (std::int64_t k = 0; k < problem.k; ++k)
+      weight.data[n * problem.k + k] = given.data[static_cast<std::size_t>(
+          problem.trans_b ? n * problem.k + k : k * problem.n + n)];
+  GE2_CUDA_CHECK(cudaMemcpy(prepared, block.data(), block.size(), cudaMemcpyHostToDevice));
+  // From pageable memory the copy may still run when cudaMemcpy returns, unordered
+  // with executions on non-blocking streams.
   GE2_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 

@@ -88,6 +88,10 @@ GemmProblem with_prepared_fp8_weight(const GemmProblem& problem);
 // Writes the e4m3 copy of the constant op(B)^T and its channel scales into `prepared`
 // (fp8_weight_bytes(problem) bytes), synchronously.
 void prepare_fp8_weight(const GemmProblem& problem, const void* b, void* prepared, int sm_count);
+// The same copy made of B's e4m3 bytes and scales as the caller gave them
+// (problem.b_e4m3): no quantization, op(B)^T's rows and their channel scales.
+void prepare_given_fp8_weight(const GemmProblem& problem, const QuantizedData& given,
+                              void* prepared);
 // cuda_f32: any dtype, layout and epilogue.
 std::unique_ptr<Step> make_fallback_gemm_step(const GemmProblem& problem, const GemmSlots& slots);
 std::unique_ptr<Step> make_elementwise_step(const ElementwiseProblem& problem,

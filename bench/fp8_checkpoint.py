@@ -1,0 +1,142 @@
+"""FFN blocks of an FP8 checkpoint (weights stored as e4m3 with a scale per output channel,
+as FP8 model releases ship them), ge2 against PyTorch in one process on the same tensors:
+
+  ge2 e4m3 weights   the graph takes the codes and scales as given
+                     (Graph.quantized_constant): default options, no allow_fp8; at 1-16
+                     tokens cuda_skinny_fp8w reads one byte per weight
+  ge2 fp16 weights   the same block with the weights dequantized to fp16 by the caller
+                     (Graph.constant): what a user without quantized constants runs
+  torch eager / torch cuda graph   nn.Linear modules holding the dequantized fp16 weights
+
+  blocks: gelu   y = x + fc2(gelu(fc1(x)))           (bias, exact-erf GELU)
+          swiglu y = x + down(silu(gate(x)) * up(x))  (no bias, Llama style)
+
+Each time is the median over groups of back-to-back calls timed with CUDA events, the
+contenders rotated group by group (bench/ffn_blocks.py's time_contenders). Errors: relative
+Frobenius distance to the block in fp32 on the dequantized weights.
+
+    python3 bench/fp8_checkpoint.py --out DIR [--hidden 4096] [--inter 11008]
+        [--tokens 1 4 8 16 64] [--blocks gelu swiglu]
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from ffn_blocks import BLOCKS, cuda_graphed, time_contenders, torch_block  # noqa: E402
+
+E4M3_MAX = 448.0
+
+
+def quantize_per_channel(weight):
+    """(e4m3 codes, float32 scale per output channel) of an nn.Linear weight [out, in]."""
+    import torch
+
+    amax = weight.float().abs().amax(dim=1, keepdim=True)
+    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    codes = (weight.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return codes, scale.reshape(-1)
+
+
+def ge2_graph(kind, modules, given, tokens, hidden):
+    """The block as a ge2 graph; weights as quantized constants where `given` has them, else
+    as the modules' (dequantized) fp16 weights."""
+    import ge2
+
+    act, biased, gated = BLOCKS[kind]
+    g = ge2.Graph()
+    x = g.input("x", (tokens, hidden), "f16")
+
+    def weight(name):
+        if given is not None:
+            codes, scales = given[name]
+            return g.quantized_constant(name, codes.cpu(), scales.cpu().numpy(), scale_axis=0, dtype="f16")
+        return g.constant(name, modules[name].weight.detach().cpu())
+
+    def linear(v, name):
+        y = g.gemm(v, weight(name), trans_b=True)
+        return g.bias(y, g.constant(name + ".bias", modules[name].bias.detach().cpu())) if biased else y
+
+    if gated:
+        y = linear(g.mul(g.activation(linear(x, "gate"), act), linear(x, "up")), "down")
+    else:
+        y = linear(g.activation(linear(x, "fc1"), act), "fc2")
+    g.output(g.add(y, x), "y")
+    return g
+
+
+def rel(got, want):
+    return float((got.float() - want).norm() / want.norm())
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--hidden", type=int, default=4096)
+    parser.add_argument("--inter", type=int, nargs="+", default=[11008])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 4, 8, 16, 64])
+    parser.add_argument("--blocks", nargs="+", default=["gelu", "swiglu"])
+    parser.add_argument("--groups", type=int, default=25)
+    args = parser.parse_args()
+    import torch  # after argparse: --help works without torch
+
+    import ge2
+
+    torch.manual_seed(0)
+    ctx = ge2.Context(device="cuda", tunedb="")
+    rows = []
+    for kind in args.blocks:
+        for inter in args.inter:
+            block, modules = torch_block(kind, args.hidden, inter, torch.float16)
+            given = {}
+            with torch.no_grad():
+                for name, module in modules.items():
+                    codes, scales = quantize_per_channel(module.weight)
+                    given[name] = (codes.view(torch.uint8), scales)
+                    module.weight.copy_((codes.float() * scales[:, None]).half())  # what every peer reads
+            reference = torch_block(kind, args.hidden, inter, torch.float32)[0]
+            reference.load_state_dict({k: v.float() for k, v in block.state_dict().items()})
+            for tokens in args.tokens:
+                e4m3_plan = ge2_graph(kind, modules, given, tokens, args.hidden).compile(ctx)
+                e4m3_replay = ge2_graph(kind, modules, given, tokens, args.hidden).compile(ctx, graph_replay=True)
+                fp16_plan = ge2_graph(kind, modules, None, tokens, args.hidden).compile(ctx)
+                kernels = [s["kernel"]["name"] for s in e4m3_plan.describe()["steps"] if "selection" in s]
+                xs = torch.randn(tokens, args.hidden, device="cuda", dtype=torch.float16)
+                ya, yb, yc = (torch.empty_like(xs) for _ in range(3))
+                with torch.no_grad():
+                    want = reference(xs.float())
+                    e4m3_plan.execute({"x": xs, "y": ya})
+                    e4m3_replay.execute({"x": xs, "y": yb})
+                    fp16_plan.execute({"x": xs, "y": yc})
+                    torch.cuda.synchronize()
+                    errors = {"ge2 e4m3 weights": rel(ya, want), "ge2 e4m3 weights replay": rel(yb, want),
+                              "ge2 fp16 weights": rel(yc, want), "torch eager": rel(block(xs), want)}
+                    med = time_contenders({
+                        "ge2 e4m3 weights": lambda: e4m3_plan.execute({"x": xs, "y": ya}),
+                        "ge2 e4m3 weights replay": lambda: e4m3_replay.execute({"x": xs, "y": yb}),
+                        "ge2 fp16 weights": lambda: fp16_plan.execute({"x": xs, "y": yc}),
+                        "torch eager": lambda: block(xs),
+                        "torch cuda graph": cuda_graphed(block, xs),
+                    }, args.groups, 10)
+                best = min(med["ge2 e4m3 weights"], med["ge2 e4m3 weights replay"])
+                row = {"block": kind, "tokens": tokens, "hidden": args.hidden, "inter": inter, "us": med,
+                       "e4m3_best_over": {k: v / best for k, v in med.items()},
+                       "rel_error_vs_fp32": errors, "kernels": kernels}
+                rows.append(row)
+                print(f"{kind} I={inter} tokens {tokens:4d}: " + "  ".join(f"{k} {v:7.1f}" for k, v in med.items())
+                      + " us  eager/e4m3 {:.2f}  graph/e4m3 {:.2f}  fp16/e4m3 {:.2f}".format(
+                          med["torch eager"] / best, med["torch cuda graph"] / best, med["ge2 fp16 weights"] / best)
+                      + "  errors " + " ".join(f"{k} {v:.2e}" for k, v in errors.items()) + f"  {kernels}",
+                      flush=True)
+                del e4m3_plan, e4m3_replay, fp16_plan
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "fp8_checkpoint.json"), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "ge2": ge2.library_version(),
+                   "command": "python3 bench/fp8_checkpoint.py " + " ".join(
+                       f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items()),
+                   "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+// Constants given in e4m3 with their scales (ge2_graph_add_quantized_constant) on
+// the CPU backend: the graph's value is e4m3 * scale in the value's dtype, every
+// argument fault is refused naming it, and f8_e4m3 is a storage type only.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "core/dtype.hpp"
+#include "support/quantized_weight.hpp"
+
+using namespace ge2::test;
+
+namespace {
+
+// Compiles `graph` on `context`, runs it on the layer's x and returns y with the plan text.
+std::pair<HostTensor, nlohmann::json> run_layer(ge2_context_t* context, const ge2_graph_t* graph,
+                                                const QuantizedLayer& layer) {
+  ge2_plan_t* raw = nullptr;
+  GE2_CHECK(ge2_plan_compile(context, graph, nullptr, &raw));
+  PlanPtr plan(raw);
+  const char* text = nullptr;
+  GE2_CHECK(ge2_plan_describe(plan.get(), &text));
+  const std::int64_t n = layer.bias.shape[0];
+  HostTensor x = layer.x, y = make_tensor(layer.dtype, {layer.m, n});
+  poison(y);
+  const ge2_binding_t bindings[] = {{"x", x.data()}, {"y", y.data()}};
+  GE2_CHECK(ge2_plan_execute(plan.get(), bindings, 2, nullptr));
+  return {y, nlohmann::json::parse(text)};
+}
+
+void expect_refused(ge2_status_t status, const std::string& fragment) {
+  const std::string message = ge2_last_error();
+  INFO(message);
+  CHECK(status == GE2_ERROR_INVALID_ARGUMENT);
+  CHECK(message.find(fragment) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("quantized constant: the graph reads e4m3 * scale, every dtype, layout and scale axis") {
+  auto context = make_context(GE2_DEVICE_CPU);
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
+    for (bool trans_b : {true, false})
+      for (int axis : {-1, 0, 1}) {
+        CAPTURE(dtype);
+        CAPTURE(trans_b);
+        CAPTURE(axis);
+        const QuantizedLayer layer = make_quantized_layer(dtype, 5, 24, 40, trans_b, axis);
+        GraphPtr graph = quantized_layer_graph(layer);
+        ge2_tensor_desc_t desc{};
+        GE2_CHECK(ge2_graph_get_desc(graph.get(), 1, &desc));
+        CHECK(desc.dtype == dtype);
+        CHECK(desc.shape[0] == layer.weight.rows);
+        const auto [y, plan] = run_layer(context.get(), graph.get(), layer);
+        const double error = relative_error(y, layer.reference(layer.m));
+        CHECK(error <= tolerance(dtype));
+        bool described = false;
+        for (const auto& constant : plan.at("constants"))
+          if (constant.at("name") == "w")
+            described = constant.at("given_as").get<std::string>().find("f8_e4m3") == 0;
+        CHECK(described);
+      }
+}
+
+TEST_CASE("quantized constant: the value is rounded once into its dtype, saturation codes kept") {
+  // One code of each kind: zero, the smallest subnormal, 1, the largest finite (448),
+  // negatives; the value is exactly what the dtype rounds e4m3 * scale to.
+  auto context = make_context(GE2_DEVICE_CPU);
+  const std::uint8_t codes[] = {0x00, 0x01, 0x38, 0x7e, 0xb8, 0xfe, 0x80, 0x3f};
+  const float scales[] = {0.1f, 3.0f};  // per row
+  GraphPtr graph = make_graph();
+  const ge2_tensor_desc_t dw{GE2_DTYPE_F16, 2, {2, 4}, {}};
+  ge2_value_t vw;
+  GE2_CHECK(ge2_graph_add_quantized_constant(graph.get(), "w", &dw, GE2_DTYPE_F8_E4M3, codes,
+                                             scales, 2, 0, &vw));
+  // y = I w: the plan returns the stored value itself.
+  const ge2_tensor_desc_t dx{GE2_DTYPE_F16, 2, {2, 2}, {}};
+  ge2_value_t vx, vy;
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "x", &dx, &vx));
+  GE2_CHECK(ge2_graph_add_gemm(graph.get(), vx, vw, GE2_NO_VALUE, nullptr, &vy));
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), vy, "y", nullptr));
+  ge2_plan_t* raw = nullptr;
+  GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), nullptr, &raw));
+  PlanPtr plan(raw);
+  HostTensor x = make_tensor(GE2_DTYPE_F16, {2, 2}), y = make_tensor(GE2_DTYPE_F16, {2, 4});
+  x.set(0, 1.0), x.set(1, 0.0), x.set(2, 0.0), x.set(3, 1.0);
+  poison(y);
+  const ge2_binding_t bindings[] = {{"x", x.data()}, {"y", y.data()}};
+  GE2_CHECK(ge2_plan_execute(plan.get(), bindings, 2, nullptr));
+  for (int i = 0; i < 8; ++i) {
+    CAPTURE(i);
+    const float want = ge2::half_bits_to_float(
+        ge2::float_to_half_bits(ge2::e4m3_bits_to_float(codes[i]) * scales[i / 4]));
+    CHECK(y.get(i) == want);
+  }
+  CHECK(y.get(3) == doctest::Approx(448.0 * 0.1).epsilon(1e-3));
+  CHECK(y.get(5) == doctest::Approx(-448.0 * 3.0).epsilon(1e-3));
+}
+
+TEST_CASE("quantized constant: every argument fault is refused naming the argument and value") {
+  GraphPtr graph = make_graph();
+  const std::uint8_t data[6] = {0x38, 0x40, 0x30, 0xb8, 0x00, 0x01};
+  const float scales[3] = {1.0f, 2.0f, 0.5f};
+  const ge2_tensor_desc_t d{GE2_DTYPE_F16, 2, {2, 3}, {}};
+  ge2_value_t out = 42;
+  auto add = [&](const char* name, const ge2_tensor_desc_t* desc, int storage, const void* bytes,
+                 const float* s, std::int64_t count, int axis, ge2_value_t* o) {
+    return ge2_graph_add_quantized_constant(
+        graph.get(), name, desc, static_cast<ge2_dtype_t>(storage), bytes, s, count, axis, o);
+  };
+  expect_refused(add("w", &d, GE2_DTYPE_F16, data, scales, 1, -1, &out),
+                 "argument 'storage_dtype' = 1 is not a quantized storage type");
+  expect_refused(add("w", &d, 77, data, scales, 1, -1, &out), "argument 'storage_dtype' = 77");
+  expect_refused(add("w", &d, GE2_DTYPE_F8_E4M3, data, scales, 1, 2, &out),
+                 "argument 'scale_axis' = 2");
+  expect_refused(add("w", &d, GE2_DTYPE_F8_E4M3, data, scales, 3, -1, &out),
+                 "argument 'scale_count' = 3 must be 1 for scale_axis -1");
+  expect_refused(add("w", &d, GE2_DTYPE_F8_E4M3, data, scales, 3, 0, &out),
+                 "argument 'scale_count' = 3 must be 2 for scale_axis 0");
+  expect_refused(add("w", &d, GE2_DTYPE_F8_E4M3, data, scales, -1, 1, &out),
+                 "argument 'scale_count' = -1 must be 3");
+  expect_refused(add("w", &d, GE2_DTYPE_F8_E4M3, nullptr, scales, 1, -1, &out), "'data'");
+  expect_refused(add("w", &d, GE2_DTYPE_F8_E4M3, data, nullptr, 1, -1, &out), "'scales'");
+  expect_refused(add("w", nullptr, GE2_DTYPE_F8_E4M3, data, scales, 1, -1, &out), "'desc'");
+  expect_refused(add("w", &d, GE2_DTYPE_F8_E4M3, data, scales, 1, -1, nullptr), "'out'");
+  expect_refused(add(nullptr, &d, GE2_DTYPE_F8_E4M3, data, scales, 1, -1, &out), "'name'");
+  const float nan_scale[3] = {1.0f, std::numeric_limits<float>::quiet_NaN(), 1.0f};
+  expect_refused(add("w", &d, GE2_DTYPE_F8_E4M3, data, nan_scale, 3, 1, &out),
+                 "scales[1] = nan is not finite");
+  const float inf_scale = std::numeric_limits<float>::infinity();
+  expect_refused(add("w", &d, GE2_DTYPE_F8_E4M3, data, &inf_scale, 1, -1, &out),
+                 "scales[0] = inf is not finite");
+  const std::uint8_t nan_code[6] = {0x38, 0x40, 0x30, 0xb8, 0xff, 0x01};
+  expect_refused(add("w", &d, GE2_DTYPE_F8_E4M3, nan_code, scales, 1, -1, &out),
+                 "element [1, 1] is an e4m3 NaN code (0xff)");
+  // 448 * 200 = 89600 is past f16's 65504; bf16 and f32 hold it.
+  const std::uint8_t big[6] = {0x38, 0x7e, 0x30, 0xb8, 0x00, 0x01};
+  const float large = 200.0f;
+  expect_refused(add("w", &d, GE2_DTYPE_F8_E4M3, big, &large, 1, -1, &out),
+                 "element [0, 1] = 448 * scale 200 overflows f16");
+  const ge2_tensor_desc_t d_bf16{GE2_DTYPE_BF16, 2, {2, 3}, {}};
+  ge2_value_t ok = GE2_NO_VALUE;
+  GE2_CHECK(add("big_bf16", &d_bf16, GE2_DTYPE_F8_E4M3, big, &large, 1, -1, &ok));
+  CHECK(ok >= 0);
+  const ge2_tensor_desc_t rank3{GE2_DTYPE_F16, 3, {1, 2, 3}, {}};
+  expect_refused(add("w", &rank3, GE2_DTYPE_F8_E4M3, data, scales, 1, -1, &out),
+                 "argument 'desc' has rank 3");
+  const ge2_tensor_desc_t strided{GE2_DTYPE_F16, 2, {2, 3}, {4, 1}};
+  expect_refused(add("w", &strided, GE2_DTYPE_F8_E4M3, data, scales, 1, -1, &out),
+                 "argument 'desc' has strides [4, 1]");
+  const ge2_tensor_desc_t fp8_value{GE2_DTYPE_F8_E4M3, 2, {2, 3}, {}};
+  expect_refused(add("w", &fp8_value, GE2_DTYPE_F8_E4M3, data, scales, 1, -1, &out),
+                 "4 (f8_e4m3) is a storage type only");
+  expect_refused(add("big_bf16", &d, GE2_DTYPE_F8_E4M3, data, scales, 1, -1, &out),
+                 "'big_bf16' is already a constant");
+  CHECK(out == 42);  // no refusal wrote it
+  // The graph is intact after the refusals: the one constant added is still its only value.
+  ge2_tensor_desc_t desc{};
+  GE2_CHECK(ge2_graph_get_desc(graph.get(), ok, &desc));
+  CHECK(desc.dtype == GE2_DTYPE_BF16);
+  CHECK(ge2_graph_get_desc(graph.get(), ok + 1, &desc) == GE2_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("quantized constant: f8_e4m3 is refused as the dtype of any computed value") {
+  GraphPtr graph = make_graph();
+  const ge2_tensor_desc_t d{GE2_DTYPE_F8_E4M3, 2, {2, 3}, {}};
+  ge2_value_t out;
+  expect_refused(ge2_graph_add_input(graph.get(), "x", &d, &out),
+                 "dtype 4 (f8_e4m3) is a storage type only");
+  const std::uint8_t data[6] = {};
+  expect_refused(ge2_graph_add_constant(graph.get(), "c", &d, data, &out),
+                 "storage type only: quantized constants take it");
+  auto context = make_context(GE2_DEVICE_CPU);
+  ge2_gemm_params_t params = gemm_params(GE2_DTYPE_F8_E4M3, 2, 2, 2);
+  float a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 0, 1}, d_out[4] = {};
+  expect_refused(ge2_gemm_bias_act(context.get(), &params, a, b, nullptr, d_out, nullptr),
+                 "argument 'params->dtype' = 4 (f8_e4m3) is a storage type only");
+}
