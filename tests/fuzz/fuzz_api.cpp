@@ -248,7 +248,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     char name[16];
     std::snprintf(name, sizeof(name), "v%d", names++ % 6);
     ge2_status_t status = GE2_OK;
-    switch (in.u8() % 11) {
+    switch (in.u8() % 12) {
       case 0:
       case 1: {
         ge2_tensor_desc_t d = read_desc(in);
@@ -327,6 +327,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           (void)raw_graph_add_activation(graph, g, in.enum_value(GE2_ACT_QUICK_GELU + 1), &g);
         status = in.u8() % 2 ? raw_graph_add_elementwise(graph, in.enum_value(2), g, u, &out)
                              : raw_graph_add_elementwise(graph, in.enum_value(2), u, g, &out);
+        break;
+      }
+      case 11: {  // a quantized constant: codes (NaN codes included) and scales from the input
+        const ge2_tensor_desc_t d = read_desc(in);
+        const std::int64_t bytes = span_bytes_if_small(d);
+        const std::int64_t elements = bytes > 0 ? d.shape[0] * (d.rank > 1 ? d.shape[1] : 1) : 1;
+        std::vector<std::uint8_t> codes(static_cast<std::size_t>(elements > 0 ? elements : 1));
+        for (auto& code : codes) code = in.u8();
+        static constexpr float kScales[] = {
+            1.0f, 0.01f, 300.0f, 0.0f, -2.0f, 1e30f, __builtin_nanf(""), __builtin_inff()};
+        std::vector<float> scales(1 + in.u8() % 8);
+        for (auto& scale : scales) scale = kScales[in.u8() % std::size(kScales)];
+        const std::int64_t count = in.u8() % 3 == 0 ? static_cast<std::int64_t>(scales.size())
+                                                    : static_cast<std::int8_t>(in.u8());
+        if (count > static_cast<std::int64_t>(scales.size())) break;  // the caller's own bound
+        status = ge2_graph_add_quantized_constant(
+            graph, name, &d, static_cast<ge2_dtype_t>(in.u8() % 6),
+            elements > 0 && elements <= static_cast<std::int64_t>(codes.size()) ? codes.data()
+                                                                                : nullptr,
+            scales.data(), count, static_cast<std::int8_t>(in.u8()) % 3, &out);
         break;
       }
     }
