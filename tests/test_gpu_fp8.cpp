@@ -283,6 +283,8 @@ TEST_CASE("gpu fp8: weights given in e4m3 run cuda_skinny_fp8w without allow_fp8
           const auto [error, text] = run(layer, nullptr, m);
           const std::string kernel = chosen_kernel(text);
           CHECK((kernel == "cuda_skinny_fp8w") == (m <= 16));
+          CHECK((text.find("given in e4m3 (a quantized constant)") != std::string::npos) ==
+                (m <= 16));
           // The output's rounding (f16 2^-11, bf16 2^-8 relative) with fp32 sums.
           CHECK(error <= (dtype == GE2_DTYPE_F16 ? 2e-3 : 8e-3));
         }

@@ -117,9 +117,12 @@ class SkinnyFp8WeightStep final : public Step {
     nlohmann::json j = fused_kernel_description("cuda_skinny_fp8w", "cuda_skinny_fp8",
                                                 skinny_configuration(launch_, true), problem_,
                                                 folded_, fallback_.get());
-    j["scales"] = "per output channel of the weight (amax / 448), applied to each sum";
+    j["scales"] = problem_.b_e4m3
+                      ? "given with the weight, per output channel, applied to each sum"
+                      : "per output channel of the weight (amax / 448), applied to each sum";
     j["a_quantized"] = "no: A is read as stored (W8A16)";
-    j["b_quantized"] = "once, at compile (constant weight)";
+    j["b_quantized"] = problem_.b_e4m3 ? "no: given in e4m3 (a quantized constant)"
+                                       : "once, at compile (constant weight)";
     return j;
   }
 
