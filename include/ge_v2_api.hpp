@@ -18,6 +18,7 @@
 #ifndef GE_V2_API_HPP
 #define GE_V2_API_HPP
 
+#include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <stdexcept>
@@ -134,6 +135,16 @@ class Graph {
   ge2_value_t constant(const char* name, const ge2_tensor_desc_t& desc, const void* data) {
     ge2_value_t out;
     check(ge2_graph_add_constant(get(), name, &desc, data, &out));
+    return out;
+  }
+  /* e4m3 codes (rows x cols, row-major) with one scale (scale_axis -1) or one per row (0) or
+     column (1); the value is e4m3 * scale in desc.dtype. Both are copied now. (2.7) */
+  ge2_value_t quantized_constant(const char* name, const ge2_tensor_desc_t& desc,
+                                 const std::uint8_t* codes, const float* scales,
+                                 std::int64_t scale_count, std::int32_t scale_axis = -1) {
+    ge2_value_t out;
+    check(ge2_graph_add_quantized_constant(get(), name, &desc, GE2_DTYPE_F8_E4M3, codes, scales,
+                                           scale_count, scale_axis, &out));
     return out;
   }
   ge2_value_t gemm(ge2_value_t a, ge2_value_t b, const ge2_gemm_attrs_t& attrs = gemm_attrs(),

@@ -80,3 +80,22 @@ TEST_CASE("C++ wrapper: a failing call throws ge2::cxx::Error with the status an
   CHECK_THROWS_WITH_AS(ge2::cxx::Plan(context, graph), doctest::Contains("no outputs"),
                        ge2::cxx::Error);
 }
+
+TEST_CASE("C++ wrapper: a quantized constant reads e4m3 * scale, and a bad one throws") {
+  // y = x w with w given as e4m3 codes [2, 3] and one scale per row: x = I gives w back.
+  const std::uint8_t codes[6] = {0x38, 0x40, 0xb8, 0x30, 0x7e, 0x00};  // 1, 2, -1; 0.5, 448, 0
+  const float scales[2] = {0.25f, 2.0f};
+  ge2::cxx::Context context = ge2::cxx::Context::on(GE2_DEVICE_CPU);
+  ge2::cxx::Graph graph;
+  const ge2_value_t vx = graph.input("x", {GE2_DTYPE_F32, 2, {2, 2}, {}});
+  const ge2_value_t vw =
+      graph.quantized_constant("w", {GE2_DTYPE_F32, 2, {2, 3}, {}}, codes, scales, 2, 0);
+  graph.output(graph.gemm(vx, vw), "y");
+  ge2::cxx::Plan plan(context, graph);
+  std::vector<float> x{1, 0, 0, 1}, y(6, NAN);
+  plan.execute({{"x", x.data()}, {"y", y.data()}});
+  CHECK(y == std::vector<float>{0.25f, 0.5f, -0.25f, 1.0f, 896.0f, 0.0f});
+  CHECK_THROWS_WITH_AS(
+      graph.quantized_constant("v", {GE2_DTYPE_F16, 2, {2, 3}, {}}, codes, scales, 1, 0),
+      doctest::Contains("argument 'scale_count' = 1 must be 2"), ge2::cxx::Error);
+}
