@@ -398,7 +398,8 @@ GE2_API ge2_status_t ge2_graph_add_constant(ge2_graph_t* graph, const char* name
 ** sum_k A[i, k] * e4m3(data) exactly in fp32 and multiplies by the scale,
 ** which differs from the 16-bit value above only by that value's rounding.
 ** Other kernels read the 16-bit value, which the plan keeps beside the e4m3
-** copy (the plan's description lists both). Under allow_fp8 the row-wise FP8
+** copy unless no step reads it (a fixed plan without allow_fp8 whose every
+** reader runs cuda_skinny_fp8w releases it; the plan's description says which). Under allow_fp8 the row-wise FP8
 ** kernels take these bytes too instead of quantizing the 16-bit value.
 ** (Added in 2.7.)
 */

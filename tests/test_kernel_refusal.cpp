@@ -55,8 +55,13 @@ class RefusingBackend final : public Backend {
                                               const void* b, const void* bias,
                                               const QuantizedData* given) override {
     (void)b, (void)bias;
-    if (is_fp8_kernel(kernel)) prepared.push_back({problem, given ? *given : QuantizedData{}});
-    return nullptr;
+    if (!is_fp8_kernel(kernel)) return nullptr;
+    prepared.push_back({problem, given ? *given : QuantizedData{}});
+    // Posing as the CUDA backend's weight-only row: a copy exists (its bytes unread).
+    return prepared_only ? cpu_->allocate(fp8_weight_bytes(problem)) : nullptr;
+  }
+  bool reads_prepared_weight_only(KernelId kernel) const override {
+    return prepared_only && kernel == KernelId::CudaSkinnyFp8W;
   }
   std::unique_ptr<Buffer> allocate(std::size_t bytes) override { return cpu_->allocate(bytes); }
   void upload(Buffer& destination, const void* host, std::size_t bytes) override {
@@ -82,6 +87,9 @@ class RefusingBackend final : public Backend {
     QuantizedData given;  // rows 0: none was given
   };
   std::vector<Prepared> prepared;  // of every prepare_gemm_weight call for an FP8 row
+  // Claim the CUDA backend's cuda_skinny_fp8w, which reads only its e4m3 copy (such a
+  // plan compiles and describes itself; its emulated steps cannot run).
+  bool prepared_only = false;
 
  private:
   DeviceInfo device_;
@@ -709,4 +717,29 @@ TEST_CASE("weights given in e4m3 take the weight-only row without allow_fp8, rea
   CHECK(kernels_of(nlohmann::json::parse(wide->description())) ==
         std::vector<std::string>{"lt_f16", "lt_f16"});
   CHECK(wide_backend->prepared.empty());
+
+  // A backend whose weight-only row reads only its e4m3 copy: the fixed plan releases the
+  // 16-bit values every reader of which runs there (all three weights here), not under
+  // allow_fp8 (the gate reads them) nor in a dynamic plan (other buckets read them).
+  auto released_constants = [&](bool allow_fp8, bool dynamic, int up_axis) {
+    auto only = std::make_shared<RefusingBackend>(8);
+    only->offered = backend->offered;
+    only->refused = KernelId::CpuRef;
+    only->prepared_only = true;
+    Graph g = build(8, up_axis);
+    if (dynamic) g.node(0).type.dynamic = true;
+    CompileOptions options;
+    options.policy.allow_fp8 = allow_fp8;
+    const auto text = nlohmann::json::parse(compile_plan(only, g, options)->description());
+    std::vector<std::string> names;
+    for (const auto& constant : text["constants"])
+      if (constant.contains("released")) names.push_back(constant["name"]);
+    if (names.size() == text["constants"].size()) CHECK(text["constant_bytes"] == 0);
+    return names;
+  };
+  CHECK(released_constants(false, false, 0) == std::vector<std::string>{"wg+wu", "w2"});
+  CHECK(released_constants(false, false, 1) ==
+        std::vector<std::string>{"w2"});  // lt_f16 reads wg+wu
+  CHECK(released_constants(true, false, 0).empty());
+  CHECK(released_constants(false, true, 0).empty());
 }

@@ -77,6 +77,13 @@ class Backend {
     (void)kernel, (void)problem, (void)b, (void)bias, (void)given;
     return nullptr;
   }
+  // Whether the steps of `kernel` with a prepared B read that copy only, never B's own
+  // buffer (GemmSlots::b): a plan may then release a constant only they read. False
+  // by default: emulating backends compute from B as stored.
+  virtual bool reads_prepared_weight_only(KernelId kernel) const {
+    (void)kernel;
+    return false;
+  }
   virtual std::unique_ptr<Step> make_elementwise(const ElementwiseProblem& problem,
                                                  const ElementwiseSlots& slots) = 0;
   virtual std::unique_ptr<Buffer> allocate(std::size_t bytes) = 0;

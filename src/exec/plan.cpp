@@ -115,7 +115,10 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
   plan->full_ = bound > 0 ? plan->build_steps(bound, plan->buckets_.back().selections,
                                               TuneUse::AsContext, steps_text)
                           : plan->build_steps(0, plan->fixed_, TuneUse::AsContext, steps_text);
+  const std::size_t released =
+      plan->release_unread_constants(describe ? &description["constants"] : nullptr);
   if (describe) {
+    description["constant_bytes"] = owned.constants - released;
     nlohmann::json io_json = nlohmann::json::array();
     for (const auto& io : plan->io_)
       io_json.push_back(
@@ -259,6 +262,45 @@ std::vector<TensorType> Plan::storage_at(std::int64_t extent) const {
   types.reserve(storage_.size());
   for (const TensorType& type : storage_) types.push_back(type.at_extent(extent));
   return types;
+}
+
+std::size_t Plan::release_unread_constants(nlohmann::json* constants_json) {
+  if (max_extent_ > 0 || options_.policy.allow_fp8) return 0;  // buckets, the gate read it
+  std::size_t released = 0;
+  for (ValueId id = 0; id < graph_.size(); ++id) {
+    const Node& node = graph_.node(id);
+    if (!node.live || node.kind != OpKind::Constant || !node.quantized) continue;
+    bool read = false;
+    for (ValueId r = 0; r < graph_.size() && !read; ++r) {
+      const Node& reader = graph_.node(r);
+      if (!reader.live) continue;
+      const std::vector<ValueId> operands = reader.operands();
+      const auto uses = std::count(operands.begin(), operands.end(), id);
+      read =
+          uses > 0 &&
+          !(uses == 1 && reader.is_gemm_family() && reader.b == id &&
+            b_prepared_slot_.contains(r) &&
+            backend_->reads_prepared_weight_only(full_->gemm_kernels[static_cast<std::size_t>(r)]));
+    }
+    if (read) continue;
+    const int slot = slot_of_[static_cast<std::size_t>(id)];
+    void* const data = slot_defaults_[static_cast<std::size_t>(slot)];
+    const auto owner = std::find_if(owned_.begin(), owned_.end(), [&](const auto& buffer) {
+      return buffer && buffer->data() == data;
+    });
+    assert(owner != owned_.end());
+    owner->reset();
+    slot_defaults_[static_cast<std::size_t>(slot)] = nullptr;
+    const std::size_t bytes = storage_[static_cast<std::size_t>(id)].span_bytes();
+    released += bytes;
+    if (constants_json)
+      for (auto& entry : *constants_json)
+        if (entry.at("node") == id)
+          entry["released"] = fmt::format(
+              "{} bytes: its readers read only its e4m3 copy, so the 16-bit value is not kept",
+              bytes);
+  }
+  return released;
 }
 
 const void* Plan::constant_data(ValueId v) const {

@@ -37,7 +37,8 @@ struct StepList {
   std::int64_t extent = 0;
   std::uint64_t id = 0;  // ExecState::steps_id while it runs
   std::vector<std::unique_ptr<Step>> steps;
-  std::vector<std::size_t> io_bytes;  // per slot: bytes a binding spans, 0 for plan-owned
+  std::vector<std::size_t> io_bytes;   // per slot: bytes a binding spans, 0 for plan-owned
+  std::vector<KernelId> gemm_kernels;  // by node id: the kernel each GEMM's step runs
 };
 
 // Extents first..last share the kernel of each GEMM node chosen at `last`.
@@ -93,6 +94,11 @@ class Plan {
   // `steps_json`: receives each step's text when not null.
   std::unique_ptr<StepList> build_steps(std::int64_t extent, const std::vector<Selection>& chosen,
                                         TuneUse tune, nlohmann::json* steps_json);
+  // A fixed plan without allow_fp8 releases the backend copy of each quantized constant
+  // whose every reader is a GEMM reading it as B on a kernel that reads only its
+  // prepared e4m3 copy (Backend::reads_prepared_weight_only): nothing reads the 16-bit
+  // value then. Returns the bytes released; `constants_json` marks them.
+  std::size_t release_unread_constants(nlohmann::json* constants_json);
   // allow_fp8: prepares the constant weights of GEMMs an FP8 kernel was chosen
   // for, runs each through the accuracy gate (fp8_gate.hpp), keeps it or falls
   // back, and allocates the scratch the kept ones share. Returns the plan text.

@@ -64,6 +64,7 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
   list->extent = extent;
   list->id = next_list_id_++;
   list->io_bytes.assign(slot_defaults_.size(), 0);
+  list->gemm_kernels.assign(static_cast<std::size_t>(graph_.size()), KernelId::CpuRef);
   for (const PlanIo& io : io_)
     list->io_bytes[static_cast<std::size_t>(io.slot)] = io.type.at_extent(extent).span_bytes();
   const std::vector<TensorType> storage = storage_at(extent);
@@ -131,6 +132,7 @@ std::unique_ptr<StepList> Plan::build_steps(std::int64_t extent,
                       scratch_slot_,
                       prepared == b_prepared_slot_.end() ? -1 : prepared->second};
       std::unique_ptr<Step> step = build_gemm(problem, slots, selection, deferred, tune);
+      list->gemm_kernels[static_cast<std::size_t>(id)] = selection.kernel;
       if (deferred != Activation::None && !quantizes_a(selection.kernel)) {
         // The FP8 row that was to apply it was refused here: A is activated in
         // place first (the pass its producer would have run).

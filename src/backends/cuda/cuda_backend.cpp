@@ -149,10 +149,7 @@ class CudaBackend final : public Backend {
             "kernel '{}' cannot apply a deferred activation of A", kernel_name(kernel));
     if (kernel == KernelId::CudaF32) return make_fallback_gemm_step(problem, slots);
     if (kernel == KernelId::CudaSkinnyFp8W)
-      return make_skinny_fp8w_gemm_step(
-          problem, slots, device_,
-          make_lt_gemm_step(lt_.get(), problem, cublaslt_kernel_for(problem.dtype), slots,
-                            *chooser_, tune));
+      return make_skinny_fp8w_gemm_step(problem, slots, device_);
     if (kernel == KernelId::CudaSkinny)
       return make_skinny_gemm_step(
           problem, slots, device_,
@@ -181,6 +178,9 @@ class CudaBackend final : public Backend {
   std::size_t gemm_scratch_bytes(KernelId kernel, const GemmProblem& problem,
                                  bool b_prepared) const override {
     return is_cublaslt_fp8_kernel(kernel) ? fp8_scratch_bytes(problem, b_prepared) : 0;
+  }
+  bool reads_prepared_weight_only(KernelId kernel) const override {
+    return kernel == KernelId::CudaSkinnyFp8W;  // A staged when unaligned; no 16-bit fallback
   }
   std::unique_ptr<Buffer> prepare_gemm_weight(KernelId kernel, const GemmProblem& problem,
                                               const void* b, const void* bias,

@@ -54,11 +54,11 @@ std::unique_ptr<Step> make_skinny_gemm_step(const GemmProblem& problem, const Ge
                                             const DeviceInfo& device,
                                             std::unique_ptr<Step> unaligned_fallback);
 // cuda_skinny_fp8w (W8A16, docs/fp8.md): cuda_skinny's tensor-core form on the e4m3
-// copy of a constant B in GemmSlots::b_prepared (prepare_fp8_weight), A as stored;
-// `unaligned_fallback` runs executions whose A pointer is not 16-byte aligned.
+// copy of a constant B in GemmSlots::b_prepared (prepare_fp8_weight), A as stored, or
+// copied into an aligned buffer first where its pointer is not 16-byte aligned; it
+// never reads GemmSlots::b.
 std::unique_ptr<Step> make_skinny_fp8w_gemm_step(const GemmProblem& problem, const GemmSlots& slots,
-                                                 const DeviceInfo& device,
-                                                 std::unique_ptr<Step> unaligned_fallback);
+                                                 const DeviceInfo& device);
 // Readies cuda_skinny for timing in the tuning mode.
 std::unique_ptr<FamilyTimer> make_skinny_timer(const DeviceInfo& device);
 // How cuda_skinny runs `folded` (the batch folded into M) on `device`: tensor cores

@@ -1,6 +1,7 @@
 // The cuda_skinny step (decode-sized GEMMs) and its timer for the tuning mode.
 #include <cstdint>
 
+#include "backends/cuda/cuda_raii.hpp"
 #include "backends/cuda/gemm_steps.hpp"
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/timing_rig.hpp"
@@ -82,12 +83,10 @@ class SkinnyGemmStep final : public Step {
 // scales), A as stored.
 class SkinnyFp8WeightStep final : public Step {
  public:
-  SkinnyFp8WeightStep(const GemmProblem& problem, const GemmSlots& slots, const DeviceInfo& device,
-                      std::unique_ptr<Step> unaligned_fallback)
+  SkinnyFp8WeightStep(const GemmProblem& problem, const GemmSlots& slots, const DeviceInfo& device)
       : problem_(with_prepared_fp8_weight(fold_batch_into_m(problem))),
         folded_(problem_.batch != problem.batch),
-        slots_(slots),
-        fallback_(std::move(unaligned_fallback)) {
+        slots_(slots) {
     std::string layout = skinny_fp8w_layout_problem(problem, device);
     if (layout.empty()) layout = fp8_layout_problem(problem);
     require(layout.empty(), GE2_ERROR_UNSUPPORTED, "cuda_skinny_fp8w: {}", layout);
@@ -97,26 +96,38 @@ class SkinnyFp8WeightStep final : public Step {
             "cuda_skinny_fp8w reads A as stored: it cannot apply a deferred activation");
     launch_ = tensor_core_launch(problem_, device,
                                  skinny_tensor_core_blocks_per_sm(problem_.dtype, true));
+    // An A whose pointer is not 16-byte aligned is copied into this dense one (at most
+    // 16 rows): the step reads no 16-bit B, so a plan may release it (Backend::
+    // reads_prepared_weight_only).
+    staged_problem_ = problem_;
+    staged_problem_.trans_a = false;
+    staged_problem_.a = {1, problem_.m, problem_.k, 0, problem_.k, 1};
+    staged_a_ = DeviceBuffer(static_cast<std::size_t>(problem_.m * problem_.k) *
+                             dtype_size(problem_.dtype));
   }
 
   void run(const ExecState& s) override {
     const void* a = slot_pointer(s, slots_.a);
+    const auto stream = static_cast<cudaStream_t>(s.stream);
     // A is read as 16-byte vectors; C, bias and D element by element.
-    if (!aligned16(a)) {
-      fallback_->run(s);
-      return;
+    const bool staged = !aligned16(a);
+    if (staged) {
+      launch_copy_matrix(problem_.dtype, problem_.op_a(), a, staged_problem_.a, staged_a_.data(),
+                         stream);
+      a = staged_a_.data();
     }
     const Fp8Operand weight = fp8_operand(slot_pointer(s, slots_.b_prepared), problem_.n);
-    launch_skinny_gemm(problem_, a, weight.data, slot_pointer(s, slots_.c),
-                       slot_pointer(s, slots_.bias), slot_pointer(s, slots_.d), launch_,
-                       s.workspace, s.workspace_bytes, static_cast<cudaStream_t>(s.stream),
+    launch_skinny_gemm(staged ? staged_problem_ : problem_, a, weight.data,
+                       slot_pointer(s, slots_.c), slot_pointer(s, slots_.bias),
+                       slot_pointer(s, slots_.d), launch_, s.workspace, s.workspace_bytes, stream,
                        weight.scales);
   }
 
   nlohmann::json describe() const override {
-    nlohmann::json j = fused_kernel_description("cuda_skinny_fp8w", "cuda_skinny_fp8",
-                                                skinny_configuration(launch_, true), problem_,
-                                                folded_, fallback_.get());
+    nlohmann::json j =
+        fused_kernel_description("cuda_skinny_fp8w", "cuda_skinny_fp8",
+                                 skinny_configuration(launch_, true), problem_, folded_, nullptr);
+    j["unaligned_pointers_run"] = "cuda_skinny_fp8w on A copied to an aligned buffer";
     j["scales"] = problem_.b_e4m3
                       ? "given with the weight, per output channel, applied to each sum"
                       : "per output channel of the weight (amax / 448), applied to each sum";
@@ -127,11 +138,12 @@ class SkinnyFp8WeightStep final : public Step {
   }
 
  private:
-  GemmProblem problem_;  // folded, B read from the e4m3 copy
+  GemmProblem problem_;         // folded, B read from the e4m3 copy
+  GemmProblem staged_problem_;  // the same reading A from staged_a_
   bool folded_;
   GemmSlots slots_;
   SkinnyLaunch launch_;
-  std::unique_ptr<Step> fallback_;
+  DeviceBuffer staged_a_;
 };
 
 // Readies cuda_skinny on the tuner's rig.
@@ -173,10 +185,8 @@ std::unique_ptr<Step> make_skinny_gemm_step(const GemmProblem& problem, const Ge
 }
 
 std::unique_ptr<Step> make_skinny_fp8w_gemm_step(const GemmProblem& problem, const GemmSlots& slots,
-                                                 const DeviceInfo& device,
-                                                 std::unique_ptr<Step> unaligned_fallback) {
-  return std::make_unique<SkinnyFp8WeightStep>(problem, slots, device,
-                                               std::move(unaligned_fallback));
+                                                 const DeviceInfo& device) {
+  return std::make_unique<SkinnyFp8WeightStep>(problem, slots, device);
 }
 
 std::unique_ptr<FamilyTimer> make_skinny_timer(const DeviceInfo& device) {
