@@ -123,6 +123,24 @@ def linear_layer(m, n, k, dtype_name, act=None):
     return g
 
 
+def write_results(args, script, fields, device=None):
+    """DIR/<script>.json (DIR: args.out): the device (default: the current CUDA device's name),
+    PyTorch's and ge2's versions, the UTC date, the command line and `fields`."""
+    import torch
+
+    import ge2
+
+    os.makedirs(args.out, exist_ok=True)
+    command = f"python3 bench/{script}.py " + " ".join(
+        f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+        for k, v in vars(args).items() if v not in (False, []))
+    with open(os.path.join(args.out, f"{script}.json"), "w") as f:
+        json.dump({"device": device or torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "ge2": ge2.library_version(),
+                   "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                   "command": command, **fields}, f, indent=1)
+
+
 def cuda_graphed(fn, x):
     """fn(x) captured once as a CUDA graph; calls replay it on x's storage."""
     import torch
@@ -279,14 +297,7 @@ def main():
     finally:
         if sampler:
             sampler.close()
-    with open(os.path.join(args.out, "ffn_blocks.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name() if on_gpu else "cpu", "torch": torch.__version__,
-                   "ge2": ge2.library_version(),
-                   "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                   "command": "python3 bench/ffn_blocks.py " +
-                   " ".join(f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                            for k, v in vars(args).items() if v not in (False, [])),
-                   "memory": memory, "rows": rows}, f, indent=1)
+    write_results(args, "ffn_blocks", {"memory": memory, "rows": rows}, None if on_gpu else "cpu")
 
 
 def step_kernels(plan):

@@ -23,12 +23,11 @@ fp16 weights.
         [--tokens 2048 4096 8192] [--gemm 8192 8192 8192]
 """
 import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ffn_blocks import cuda_graphed, ge2_block, time_contenders, torch_block  # noqa: E402
+from ffn_blocks import cuda_graphed, ge2_block, time_contenders, torch_block, write_results  # noqa: E402
 
 E4M3_MAX = 448.0
 
@@ -214,15 +213,8 @@ def main():
                   f"  errors " + " ".join(f"{k} {v:.2e}" for k, v in errors.items()) + f"  kernels {kernels}",
                   flush=True)
             del fp16_plan, fp8_plan, fp8_replay, fp8_h_out
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "fp8_blocks.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                   "ge2": ge2.library_version(),
-                   "scaled_mm_scales": "row-wise" if rowwise else "per-tensor",
-                   "command": "python3 bench/fp8_blocks.py " +
-                   " ".join(f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                            for k, v in vars(args).items()),
-                   "rows": rows}, f, indent=1)
+    write_results(args, "fp8_blocks",
+                  {"scaled_mm_scales": "row-wise" if rowwise else "per-tensor", "rows": rows})
 
 
 if __name__ == "__main__":

@@ -19,12 +19,11 @@ Frobenius distance to the block in fp32 on the dequantized weights.
         [--tokens 1 4 8 16 64] [--blocks gelu swiglu]
 """
 import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ffn_blocks import BLOCKS, cuda_graphed, time_contenders, torch_block  # noqa: E402
+from ffn_blocks import BLOCKS, cuda_graphed, time_contenders, torch_block, write_results  # noqa: E402
 
 E4M3_MAX = 448.0
 
@@ -130,12 +129,7 @@ def main():
                       + "  errors " + " ".join(f"{k} {v:.2e}" for k, v in errors.items()) + f"  {kernels}",
                       flush=True)
                 del e4m3_plan, e4m3_replay, fp16_plan
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "fp8_checkpoint.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "ge2": ge2.library_version(),
-                   "command": "python3 bench/fp8_checkpoint.py " + " ".join(
-                       f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items()),
-                   "rows": rows}, f, indent=1)
+    write_results(args, "fp8_checkpoint", {"rows": rows})
 
 
 if __name__ == "__main__":

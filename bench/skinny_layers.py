@@ -19,8 +19,6 @@ user calls it). Medians over groups rotated ABBA. GB/s counts W, x and y once.
         [--shapes 3072x768 768x3072 ...]   (N x K: out features x in features; default: SHAPES)
 """
 import argparse
-import json
-import os
 
 SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (4096, 14336), (8192, 8192),
           (2048, 1024)]  # (N, K): out features, in features
@@ -39,7 +37,7 @@ def main():
     import torch.nn.functional as F
 
     import ge2
-    from ffn_blocks import cuda_graphed, decode_workspace_query, linear_layer, time_contenders
+    from ffn_blocks import cuda_graphed, decode_workspace_query, linear_layer, time_contenders, write_results
 
     torch.manual_seed(0)
     ctx = ge2.Context(device="cuda", tunedb="")
@@ -98,12 +96,7 @@ def main():
                       f"{row['device_gbs'].get('ge2_none_skinny', 0):6.0f} GB/s | max err "
                       f"{max(errors.values()):.1e}{' | K split' if 'K split' in configurations.get('ge2_none_skinny', '') else ''}",
                       flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "skinny_layers.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "ge2": ge2.__version__,
-                   "command": "python3 bench/skinny_layers.py " + " ".join(
-                       f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items()),
-                   "rows": rows}, f, indent=1)
+    write_results(args, "skinny_layers", {"rows": rows})
 
 
 if __name__ == "__main__":

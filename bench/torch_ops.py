@@ -7,8 +7,6 @@ calls ending in a synchronisation, the contenders rotated group by group (ABBA).
     python3 bench/torch_ops.py --out DIR [--shapes 1x4096x4096 ...] [--groups 21]
 """
 import argparse
-import json
-import os
 import statistics
 import time
 
@@ -26,6 +24,7 @@ def main():
 
     import ge2
     import ge2.torch
+    from ffn_blocks import write_results
 
     torch.manual_seed(0)
     ctx = ge2.torch.context_for("cuda")
@@ -69,12 +68,7 @@ def main():
         rows.append({"shape": shape, "us": med, "rel_error_vs_fp64": errors})
         print(f"{shape:>14s}: " + "  ".join(f"{k} {v:7.2f}" for k, v in med.items()) + " us", flush=True)
         print(f"{'':>14s}  errors vs fp64: " + "  ".join(f"{k} {v:.1e}" for k, v in errors.items()), flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "torch_ops.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "ge2": ge2.library_version(),
-                   "command": "python3 bench/torch_ops.py " + " ".join(
-                       f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items()),
-                   "rows": rows}, f, indent=1)
+    write_results(args, "torch_ops", {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -109,6 +109,16 @@ Graph gemm_graph(bool dynamic = false, DType dtype = DType::F16) {
   return g;
 }
 
+// x wᵀ: an nn.Linear layer without bias, weight [out, in].
+ValueId linear(Graph& g, ValueId x, ValueId weight) {
+  Node n;
+  n.kind = OpKind::Gemm;
+  n.a = x;
+  n.b = weight;
+  n.gemm.trans_b = true;
+  return test::add_node(g, n);
+}
+
 // `count` f16 values uniform in [-scale, scale).
 std::vector<std::uint16_t> random_f16(std::mt19937& rng, std::size_t count, float scale) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
@@ -512,22 +522,14 @@ TEST_CASE("a SwiGLU block at decode sizes runs its joined gate/up GEMM on the we
         reinterpret_cast<const unsigned char*>(values.data() + values.size()));
     return g.add(n);
   };
-  auto linear = [&](ValueId a, ValueId weight) {
-    Node n;
-    n.kind = OpKind::Gemm;
-    n.a = a;
-    n.b = weight;
-    n.gemm.trans_b = true;
-    return test::add_node(g, n);
-  };
   const ValueId vx = test::add_input(g, "x", TensorType::dense(DType::F16, 2, {tokens, hidden, 0}));
   Node gated;
   gated.kind = OpKind::Mul;
-  gated.x = linear(vx, constant("wg", wg, inter, hidden));
-  gated.y = linear(vx, constant("wu", wu, inter, hidden));
+  gated.x = linear(g, vx, constant("wg", wg, inter, hidden));
+  gated.y = linear(g, vx, constant("wu", wu, inter, hidden));
   gated.act = Activation::Silu;
   const ValueId m = test::add_node(g, gated);
-  g.add_output({linear(m, constant("w2", w2, hidden, inter)), "y", std::nullopt});
+  g.add_output({linear(g, m, constant("w2", w2, hidden, inter)), "y", std::nullopt});
   CompileOptions options;
   options.policy.allow_fp8 = true;
   const auto plan = compile_plan(backend, g, options);
@@ -603,25 +605,18 @@ TEST_CASE("weights given in e4m3 take the weight-only row without allow_fp8, rea
       args.scale_axis = axis;
       return g.add(make_quantized_constant(args, name, "test"));
     };
-    auto linear = [&](ValueId a, ValueId weight) {
-      Node n;
-      n.kind = OpKind::Gemm;
-      n.a = a;
-      n.b = weight;
-      n.gemm.trans_b = true;
-      return test::add_node(g, n);
-    };
     const ValueId vx =
         test::add_input(g, "x", TensorType::dense(DType::F16, 2, {tokens, hidden, 0}));
     const std::vector<float> k_scales(static_cast<std::size_t>(hidden), wu_scales[0]);
     Node gated;
     gated.kind = OpKind::Mul;
-    gated.x = linear(vx, quantized("wg", d_in, wg, wg_scales.data(), inter, 0));
-    gated.y = linear(vx, up_axis == 0 ? quantized("wu", d_in, wu, wu_scales.data(), inter, 0)
-                                      : quantized("wu", d_in, wu, k_scales.data(), hidden, 1));
+    gated.x = linear(g, vx, quantized("wg", d_in, wg, wg_scales.data(), inter, 0));
+    gated.y = linear(g, vx,
+                     up_axis == 0 ? quantized("wu", d_in, wu, wu_scales.data(), inter, 0)
+                                  : quantized("wu", d_in, wu, k_scales.data(), hidden, 1));
     gated.act = Activation::Silu;
     const ValueId m = test::add_node(g, gated);
-    g.add_output({linear(m, quantized("w2", d_out, w2, &w2_scale, 1, -1)), "y", std::nullopt});
+    g.add_output({linear(g, m, quantized("w2", d_out, w2, &w2_scale, 1, -1)), "y", std::nullopt});
     return g;
   };
   auto kernels_of = [](const nlohmann::json& text) {
