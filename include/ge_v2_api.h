@@ -399,8 +399,9 @@ GE2_API ge2_status_t ge2_graph_add_constant(ge2_graph_t* graph, const char* name
 ** which differs from the 16-bit value above only by that value's rounding.
 ** Other kernels read the 16-bit value, which the plan keeps beside the e4m3
 ** copy unless no step reads it (a fixed plan without allow_fp8 whose every
-** reader runs cuda_skinny_fp8w releases it; the plan's description says which). Under allow_fp8 the row-wise FP8
-** kernels take these bytes too instead of quantizing the 16-bit value.
+** reader runs cuda_skinny_fp8w releases it; the plan's description says
+** which). Under allow_fp8 the row-wise FP8 kernels take these bytes too
+** instead of quantizing the 16-bit value.
 ** (Added in 2.7.)
 */
 GE2_API ge2_status_t ge2_graph_add_quantized_constant(ge2_graph_t* graph, const char* name,
