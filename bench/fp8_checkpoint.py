@@ -17,6 +17,10 @@ Frobenius distance to the block in fp32 on the dequantized weights.
 
     python3 bench/fp8_checkpoint.py --out DIR [--hidden 4096] [--inter 11008]
         [--tokens 1 4 8 16 64] [--blocks gelu swiglu]
+
+--device cpu runs the same blocks on ge2's CPU backend and PyTorch's CPU eager in f32 with
+wall-clock timing and no graph contenders: a check of this script (bindings/python/tests), not
+a benchmark.
 """
 import argparse
 import os
@@ -38,19 +42,19 @@ def quantize_per_channel(weight):
     return codes, scale.reshape(-1)
 
 
-def ge2_graph(kind, modules, given, tokens, hidden):
-    """The block as a ge2 graph; weights as quantized constants where `given` has them, else
-    as the modules' (dequantized) fp16 weights."""
+def ge2_graph(kind, modules, given, tokens, hidden, dtype_name):
+    """The block as a ge2 graph in `dtype_name`; weights as quantized constants where `given`
+    has them, else as the modules' (dequantized) weights."""
     import ge2
 
     act, biased, gated = BLOCKS[kind]
     g = ge2.Graph()
-    x = g.input("x", (tokens, hidden), "f16")
+    x = g.input("x", (tokens, hidden), dtype_name)
 
     def weight(name):
         if given is not None:
             codes, scales = given[name]
-            return g.quantized_constant(name, codes.cpu(), scales.cpu().numpy(), scale_axis=0, dtype="f16")
+            return g.quantized_constant(name, codes.cpu(), scales.cpu().numpy(), scale_axis=0, dtype=dtype_name)
         return g.constant(name, modules[name].weight.detach().cpu())
 
     def linear(v, name):
@@ -77,59 +81,66 @@ def main():
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 4, 8, 16, 64])
     parser.add_argument("--blocks", nargs="+", default=["gelu", "swiglu"])
     parser.add_argument("--groups", type=int, default=25)
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     args = parser.parse_args()
     import torch  # after argparse: --help works without torch
 
     import ge2
 
     torch.manual_seed(0)
-    ctx = ge2.Context(device="cuda", tunedb="")
+    on_gpu = args.device == "cuda"
+    ctx = ge2.Context(device=args.device, tunedb="")
+    dtype, dtype_name = (torch.float16, "f16") if on_gpu else (torch.float32, "f32")
     rows = []
     for kind in args.blocks:
         for inter in args.inter:
-            block, modules = torch_block(kind, args.hidden, inter, torch.float16)
+            block, modules = torch_block(kind, args.hidden, inter, dtype, device=args.device)
             given = {}
             with torch.no_grad():
                 for name, module in modules.items():
                     codes, scales = quantize_per_channel(module.weight)
                     given[name] = (codes.view(torch.uint8), scales)
-                    module.weight.copy_((codes.float() * scales[:, None]).half())  # what every peer reads
-            reference = torch_block(kind, args.hidden, inter, torch.float32)[0]
+                    module.weight.copy_((codes.float() * scales[:, None]).to(dtype))  # what every peer reads
+            reference = torch_block(kind, args.hidden, inter, torch.float32, device=args.device)[0]
             reference.load_state_dict({k: v.float() for k, v in block.state_dict().items()})
             for tokens in args.tokens:
-                e4m3_plan = ge2_graph(kind, modules, given, tokens, args.hidden).compile(ctx)
-                e4m3_replay = ge2_graph(kind, modules, given, tokens, args.hidden).compile(ctx, graph_replay=True)
-                fp16_plan = ge2_graph(kind, modules, None, tokens, args.hidden).compile(ctx)
+                e4m3_plan = ge2_graph(kind, modules, given, tokens, args.hidden, dtype_name).compile(ctx)
+                e4m3_replay = ge2_graph(kind, modules, given, tokens, args.hidden, dtype_name).compile(
+                    ctx, graph_replay=True)
+                fp16_plan = ge2_graph(kind, modules, None, tokens, args.hidden, dtype_name).compile(ctx)
                 kernels = [s["kernel"]["name"] for s in e4m3_plan.describe()["steps"] if "selection" in s]
-                xs = torch.randn(tokens, args.hidden, device="cuda", dtype=torch.float16)
+                xs = torch.randn(tokens, args.hidden, device=args.device, dtype=dtype)
                 ya, yb, yc = (torch.empty_like(xs) for _ in range(3))
                 with torch.no_grad():
                     want = reference(xs.float())
                     e4m3_plan.execute({"x": xs, "y": ya})
                     e4m3_replay.execute({"x": xs, "y": yb})
                     fp16_plan.execute({"x": xs, "y": yc})
-                    torch.cuda.synchronize()
+                    if on_gpu:
+                        torch.cuda.synchronize()
                     errors = {"ge2 e4m3 weights": rel(ya, want), "ge2 e4m3 weights replay": rel(yb, want),
                               "ge2 fp16 weights": rel(yc, want), "torch eager": rel(block(xs), want)}
-                    med = time_contenders({
+                    contenders = {
                         "ge2 e4m3 weights": lambda: e4m3_plan.execute({"x": xs, "y": ya}),
                         "ge2 e4m3 weights replay": lambda: e4m3_replay.execute({"x": xs, "y": yb}),
                         "ge2 fp16 weights": lambda: fp16_plan.execute({"x": xs, "y": yc}),
                         "torch eager": lambda: block(xs),
-                        "torch cuda graph": cuda_graphed(block, xs),
-                    }, args.groups, 10)
+                    }
+                    if on_gpu:
+                        contenders["torch cuda graph"] = cuda_graphed(block, xs)
+                    med = time_contenders(contenders, args.groups, 10 if on_gpu else 1, args.device)
                 best = min(med["ge2 e4m3 weights"], med["ge2 e4m3 weights replay"])
                 row = {"block": kind, "tokens": tokens, "hidden": args.hidden, "inter": inter, "us": med,
                        "e4m3_best_over": {k: v / best for k, v in med.items()},
                        "rel_error_vs_fp32": errors, "kernels": kernels}
                 rows.append(row)
                 print(f"{kind} I={inter} tokens {tokens:4d}: " + "  ".join(f"{k} {v:7.1f}" for k, v in med.items())
-                      + " us  eager/e4m3 {:.2f}  graph/e4m3 {:.2f}  fp16/e4m3 {:.2f}".format(
-                          med["torch eager"] / best, med["torch cuda graph"] / best, med["ge2 fp16 weights"] / best)
+                      + " us  " + "  ".join(f"{k}/e4m3 {v:.2f}" for k, v in row["e4m3_best_over"].items()
+                                           if not k.startswith("ge2 e4m3"))
                       + "  errors " + " ".join(f"{k} {v:.2e}" for k, v in errors.items()) + f"  {kernels}",
                       flush=True)
                 del e4m3_plan, e4m3_replay, fp16_plan
-    write_results(args, "fp8_checkpoint", {"rows": rows})
+    write_results(args, "fp8_checkpoint", {"rows": rows}, None if on_gpu else "cpu")
 
 
 if __name__ == "__main__":

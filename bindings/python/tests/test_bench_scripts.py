@@ -106,3 +106,15 @@ def test_decode_workspace_query_sets_the_variable_inside_and_restores_it(monkeyp
             assert os.environ[name] == "1"
             raise RuntimeError("a failed compile")
     assert os.environ[name] == "0"
+
+
+def test_fp8_checkpoint_runs_on_the_cpu_and_matches_fp32(tmp_path):
+    run("fp8_checkpoint.py", "--out", str(tmp_path), "--device", "cpu", "--hidden", "48", "--inter", "80",
+        "--tokens", "3", "--blocks", "gelu", "swiglu", "--groups", "1")
+    data = json.load(open(tmp_path / "fp8_checkpoint.json"))
+    assert data["device"] == "cpu" and len(data["rows"]) == 2
+    for r in data["rows"]:
+        # f32 plans on the dequantized values: every contender computes the same block
+        for name, error in r["rel_error_vs_fp32"].items():
+            assert 0 <= error < 1e-5, (r["block"], name, error)
+        assert r["kernels"] and all(k == "cpu_ref" for k in r["kernels"]), r["kernels"]
