@@ -25,14 +25,6 @@ nlohmann::json describe(const ge2_plan_t* plan) {
   return nlohmann::json::parse(text);
 }
 
-// The status and message of a call expected to fail.
-void expect_refusal(ge2_status_t got, ge2_status_t want, const char* fragment) {
-  const std::string message = ge2_last_error();
-  INFO(message);
-  CHECK(got == want);
-  CHECK(message.find(fragment) != std::string::npos);
-}
-
 }  // namespace
 
 TEST_CASE("dynamic extent: one FFN plan runs every token count 1..300 and a spread to its bound") {

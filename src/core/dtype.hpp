@@ -97,10 +97,6 @@ constexpr bool is_known_dtype(int value) {
 constexpr const DTypeInfo& dtype_info(DType dtype) {
   return kDTypes[static_cast<std::size_t>(static_cast<int>(dtype) - 1)];
 }
-// A type values are computed in: what graph values and one-shot GEMMs may have.
-constexpr bool is_valid_dtype(int value) {
-  return is_known_dtype(value) && dtype_info(static_cast<DType>(value)).computes;
-}
 constexpr std::size_t dtype_size(DType dtype) { return dtype_info(dtype).bytes; }
 constexpr std::string_view dtype_name(DType dtype) { return dtype_info(dtype).name; }
 

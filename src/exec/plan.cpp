@@ -78,31 +78,18 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
                    {"constant_bytes", owned.constants},
                    {"constants", constants_json},
                    {"passes", passes_json}};
-  const Graph& compiled = plan->graph_;
-  const auto reads_given_e4m3 = [&compiled] {
-    for (ValueId id = 0; id < compiled.size(); ++id)
-      if (const Node& node = compiled.node(id);
-          node.live && node.is_gemm_family() && compiled.node(node.b).quantized)
-        return true;
-    return false;
-  };
-  if (options.policy.allow_fp8 || reads_given_e4m3()) {
-    nlohmann::json fp8 = plan->apply_fp8_policy();
-    if (describe) description["fp8"] = std::move(fp8);
-  }
+  // The FP8 rows the selections chose (any under allow_fp8; without it only the
+  // weight-only row on a weight given in e4m3): their weights' copies, and the gate.
+  if (nlohmann::json fp8 = plan->apply_fp8_policy();
+      describe && (options.policy.allow_fp8 || !fp8["layers"].empty()))
+    description["fp8"] = std::move(fp8);
   // The e4m3 copies are made: the plan keeps the backend's copies only (the
   // scales stay, which make_gemm_problem reads).
   for (ValueId id = 0; id < plan->graph_.size(); ++id) {
     Node& node = plan->graph_.node(id);
-    if (!node.quantized) continue;
-    const QuantizedData& given = *node.quantized;
-    auto scales_only = std::make_shared<QuantizedData>();
-    scales_only->storage = given.storage;
-    scales_only->rows = given.rows;
-    scales_only->cols = given.cols;
-    scales_only->scales = given.scales;
-    scales_only->axis = given.axis;
-    node.quantized = std::move(scales_only);
+    if (const QuantizedData* given = node.quantized.get())
+      node.quantized = std::make_shared<QuantizedData>(
+          QuantizedData{given->storage, given->rows, given->cols, {}, given->scales, given->axis});
   }
   plan->prepare_gated_weights();
   if (bound > 0 && describe)

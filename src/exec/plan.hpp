@@ -99,9 +99,10 @@ class Plan {
   // prepared e4m3 copy (Backend::reads_prepared_weight_only): nothing reads the 16-bit
   // value then. Returns the bytes released; `constants_json` marks them.
   std::size_t release_unread_constants(nlohmann::json* constants_json);
-  // allow_fp8: prepares the constant weights of GEMMs an FP8 kernel was chosen
-  // for, runs each through the accuracy gate (fp8_gate.hpp), keeps it or falls
-  // back, and allocates the scratch the kept ones share. Returns the plan text.
+  // Prepares the constant weights of GEMMs an FP8 kernel was chosen for (from the
+  // given e4m3 bytes where there are some), under allow_fp8 runs each through the
+  // accuracy gate (fp8_gate.hpp), keeps it or falls back, and allocates the scratch
+  // the kept ones share. Returns the plan text (no layers: no FP8 row was chosen).
   nlohmann::json apply_fp8_policy();
   // Every list of GEMM choices (the buckets', or the fixed plan's) with the extent
   // its problems are taken at.

@@ -55,6 +55,13 @@ GraphPtr make_graph() {
   return GraphPtr(graph);
 }
 
+void expect_refusal(ge2_status_t got, ge2_status_t want, const char* fragment) {
+  const std::string message = ge2_last_error();
+  INFO(message);
+  CHECK(got == want);
+  CHECK(message.find(fragment) != std::string::npos);
+}
+
 namespace {
 class HostMemory final : public Memory {
  public:

@@ -33,6 +33,8 @@ ContextPtr make_context(ge2_device_kind_t device);
 ContextPtr make_tuning_context(ge2_device_kind_t device, ge2_tune_mode_t mode,
                                const std::string& tunedb_path);
 GraphPtr make_graph();
+// A call expected to fail: its status is `want` and ge2_last_error() contains `fragment`.
+void expect_refusal(ge2_status_t got, ge2_status_t want, const char* fragment);
 // ge2_gemm_bias_act's parameters at their defaults (tight leading dimensions, no
 // transpose, bias or activation) for an M x N x K GEMM in `dtype`.
 ge2_gemm_params_t gemm_params(ge2_dtype_t dtype, std::int64_t m, std::int64_t n, std::int64_t k);
