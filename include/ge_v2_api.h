@@ -410,6 +410,36 @@ GE2_API ge2_status_t ge2_graph_add_quantized_constant(ge2_graph_t* graph, const 
                                                       const float* scales, int64_t scale_count,
                                                       int32_t scale_axis, ge2_value_t* out);
 
+/*
+** ge2_graph_add_block_quantized_constant: ge2_graph_add_quantized_constant with
+** a scale per block of block_rows x block_cols elements, as block-scaled FP8
+** checkpoints store weights (DeepSeek-V3 and Qwen3's FP8 releases: 128 x 128,
+** the scales stored as "weight_scale_inv" and multiplied). The value is
+**     value[i, j] = dtype(e4m3(data[i, j]) * scales[(i / block_rows) * grid_cols
+**                                                     + j / block_cols])
+** with grid_cols = ceil(shape[1] / block_cols); scale_count must be
+** ceil(shape[0] / block_rows) * grid_cols (the last blocks of a row or column may
+** be partial). block_rows and block_cols are at least 1; a block larger than the
+** matrix covers all of it (block_rows = shape[0] is one scale per column block).
+** Every other argument and fault is as for ge2_graph_add_quantized_constant.
+**
+** Where the constant is a GEMM's B and its scales vary along K, the weight-only
+** FP8 kernel (cuda_skinny_fp8w, 1-16 rows) reads the e4m3 bytes and applies each
+** block's scale to the sum of its products, when the blocks span 64 times a power
+** of two along K and a multiple of 8 along N (128 x 128 does); the row-wise FP8
+** kernels under allow_fp8 read one scale per output channel and are not offered
+** such a weight (the plan says why), so other kernels read the 16-bit value.
+** Scales that do not vary along K are taken as per output channel, as by the
+** function above.
+** (Added in 2.8.)
+*/
+GE2_API ge2_status_t ge2_graph_add_block_quantized_constant(ge2_graph_t* graph, const char* name,
+                                                            const ge2_tensor_desc_t* desc,
+                                                            ge2_dtype_t storage_dtype,
+                                                            const void* data, const float* scales,
+                                                            int64_t scale_count, int64_t block_rows,
+                                                            int64_t block_cols, ge2_value_t* out);
+
 /* Attributes of a GEMM: D = alpha * op(A) * op(B) + beta * C. */
 typedef struct ge2_gemm_attrs {
   uint32_t struct_size; /* set by ge2_gemm_attrs_init */

@@ -147,6 +147,18 @@ class Graph {
                                            scale_count, scale_axis, &out));
     return out;
   }
+  /* The same with one scale per block of block_rows x block_cols (row-major grid of
+     ceil(rows / block_rows) x ceil(cols / block_cols) scales). (2.8) */
+  ge2_value_t block_quantized_constant(const char* name, const ge2_tensor_desc_t& desc,
+                                       const std::uint8_t* codes, const float* scales,
+                                       std::int64_t scale_count, std::int64_t block_rows,
+                                       std::int64_t block_cols) {
+    ge2_value_t out;
+    check(ge2_graph_add_block_quantized_constant(get(), name, &desc, GE2_DTYPE_F8_E4M3, codes,
+                                                 scales, scale_count, block_rows, block_cols,
+                                                 &out));
+    return out;
+  }
   ge2_value_t gemm(ge2_value_t a, ge2_value_t b, const ge2_gemm_attrs_t& attrs = gemm_attrs(),
                    ge2_value_t c = GE2_NO_VALUE) {
     ge2_value_t out;

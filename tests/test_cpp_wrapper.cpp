@@ -98,4 +98,18 @@ TEST_CASE("C++ wrapper: a quantized constant reads e4m3 * scale, and a bad one t
   CHECK_THROWS_WITH_AS(
       graph.quantized_constant("v", {GE2_DTYPE_F16, 2, {2, 3}, {}}, codes, scales, 1, 0),
       doctest::Contains("argument 'scale_count' = 1 must be 2"), ge2::cxx::Error);
+  // The same codes in blocks of 1 x 2: scales (0.25, 2) on row 0's columns 0-1 and 2,
+  // (4, 0.5) on row 1's.
+  const float block_scales[4] = {0.25f, 2.0f, 4.0f, 0.5f};
+  ge2::cxx::Graph blocked;
+  const ge2_value_t bx = blocked.input("x", {GE2_DTYPE_F32, 2, {2, 2}, {}});
+  const ge2_value_t bw = blocked.block_quantized_constant("w", {GE2_DTYPE_F32, 2, {2, 3}, {}},
+                                                          codes, block_scales, 4, 1, 2);
+  blocked.output(blocked.gemm(bx, bw), "y");
+  ge2::cxx::Plan block_plan(context, blocked);
+  block_plan.execute({{"x", x.data()}, {"y", y.data()}});
+  CHECK(y == std::vector<float>{0.25f, 0.5f, -2.0f, 2.0f, 1792.0f, 0.0f});
+  CHECK_THROWS_WITH_AS(blocked.block_quantized_constant("v", {GE2_DTYPE_F32, 2, {2, 3}, {}}, codes,
+                                                        block_scales, 4, 2, 2),
+                       doctest::Contains("argument 'scale_count' = 4 must be 2"), ge2::cxx::Error);
 }

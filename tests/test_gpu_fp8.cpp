@@ -334,6 +334,61 @@ TEST_CASE("gpu fp8: weights given in e4m3 run cuda_skinny_fp8w without allow_fp8
     if (rows == 1) CHECK(text.find("cuda_skinny_fp8w") != std::string::npos);
   }
 }
+
+TEST_CASE("gpu fp8: weights given with block scales run cuda_skinny_fp8w, each block scaled") {
+  // ge2_graph_add_block_quantized_constant: scales per block of output channels x k
+  // (checkpoints: 128 x 128) vary along K, so the weight-only row scales each step's
+  // sum by its block's scale. N and K end inside a block; 1-16 rows, both layouts,
+  // both dtypes; exact against fp64 on e4m3 * scale to the output's rounding, as with
+  // one scale per channel. Blocks the kernel cannot scale run 16-bit kernels.
+  if (skip_without_fp8()) return;
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  const std::int64_t n = 2000, k = 2112;  // 15.6 blocks of 128 along N, 16.5 along K
+  auto run = [&](const QuantizedLayer& layer) {
+    GraphPtr graph = quantized_layer_graph(layer);
+    ge2_plan_t* raw = nullptr;
+    GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), nullptr, &raw));
+    PlanPtr plan(raw);
+    HostTensor x = layer.x, y = make_tensor(layer.dtype, {layer.m, n});
+    poison(y);
+    void* dx = memory.upload(x);
+    void* dy = memory.upload(y);
+    const ge2_binding_t bindings[] = {{"x", dx}, {"y", dy}};
+    GE2_CHECK(ge2_plan_execute(plan.get(), bindings, 2, nullptr));
+    memory.download(dy, y);
+    const char* text = nullptr;
+    GE2_CHECK(ge2_plan_describe(plan.get(), &text));
+    return std::pair{relative_error(y, layer.reference(layer.m)), std::string(text)};
+  };
+  struct Blocks {
+    std::int64_t n, k;
+  };
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
+    for (bool trans_b : {true, false})
+      for (const Blocks blocks : {Blocks{128, 128}, Blocks{8, 64}, Blocks{64, 256}})
+        for (std::int64_t m : {1, 8, 16}) {
+          INFO("dtype ", dtype, " trans_b ", trans_b, " blocks ", blocks.n, "x", blocks.k, " m ",
+               m);
+          const QuantizedLayer layer =
+              make_block_quantized_layer(dtype, m, n, k, trans_b, blocks.n, blocks.k);
+          const auto [error, text] = run(layer);
+          CHECK(chosen_kernel(text) == "cuda_skinny_fp8w");
+          CHECK(text.find("applied to each step's sum") != std::string::npos);
+          CHECK(error <= (dtype == GE2_DTYPE_F16 ? 2e-3 : 8e-3));
+        }
+  // 100 channels per block splits the kernel's 8-column tiles; 32 k splits its steps;
+  // 192 k is three steps (a block is found by a shift).
+  for (const Blocks blocks : {Blocks{100, 128}, Blocks{128, 32}, Blocks{128, 192}}) {
+    INFO("blocks ", blocks.n, "x", blocks.k);
+    const QuantizedLayer layer =
+        make_block_quantized_layer(GE2_DTYPE_F16, 8, n, k, true, blocks.n, blocks.k);
+    const auto [error, text] = run(layer);
+    CHECK(chosen_kernel(text) != "cuda_skinny_fp8w");
+    CHECK(text.find("it takes blocks of 64 times a power of two along K") != std::string::npos);
+    CHECK(error <= 2e-3);
+  }
+}
 #endif  // GE2_TEST_WITH_CUDA
 
 #ifdef GE2_TEST_WITH_CUDA

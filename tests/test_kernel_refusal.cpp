@@ -649,7 +649,7 @@ TEST_CASE("weights given in e4m3 take the weight-only row without allow_fp8, rea
   const QuantizedData& joined = backend->prepared[0].given;
   CHECK(backend->prepared[0].problem.b_e4m3);
   CHECK(joined.rows == 2 * inter);
-  CHECK(joined.axis == 0);
+  CHECK(joined.scales_text() == "one scale per row");
   std::vector<std::uint8_t> both = wg;
   both.insert(both.end(), wu.begin(), wu.end());
   CHECK(joined.data == both);
@@ -658,7 +658,7 @@ TEST_CASE("weights given in e4m3 take the weight-only row without allow_fp8, rea
   CHECK(joined.scales == both_scales);
   const QuantizedData& down = backend->prepared[1].given;
   CHECK(down.data == w2);
-  CHECK(down.axis == -1);  // one scale: the backend repeats it per channel
+  CHECK(down.scales_text() == "one scale");  // the backend repeats it per channel
   CHECK(down.scales == std::vector<float>{w2_scale});
 
   // x through the plan against fp64 on the given weights (e4m3 * scale).
@@ -737,4 +737,116 @@ TEST_CASE("weights given in e4m3 take the weight-only row without allow_fp8, rea
         std::vector<std::string>{"w2"});  // lt_f16 reads wg+wu
   CHECK(released_constants(true, false, 0).empty());
   CHECK(released_constants(false, true, 0).empty());
+}
+
+TEST_CASE("weights given with block scales: the weight-only row reads the blocks, others say why") {
+  // The SwiGLU block of the case above with every weight given in 64 x 64 blocks of
+  // scales (checkpoints use 128 x 128): at 8 tokens each GEMM takes cuda_skinny_fp8w,
+  // whose copy is made of the given grid (the gate/up halves' grids joined, the
+  // blocks in op(B)^T's orientation); blocks of 32 along K, which the kernel's steps
+  // of 64 k cannot scale, and the row-wise rows under allow_fp8, which read one scale
+  // per channel, are refused naming the blocks.
+  const std::int64_t hidden = 128, inter = 192;
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto block_constant = [&](Graph& g, const char* name, std::int64_t rows, std::int64_t cols,
+                            std::int64_t block_rows, std::int64_t block_cols) {
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(rows * cols));
+    for (auto& code : codes) code = float_to_e4m3_bits(normal(rng) * 64.0f);
+    const std::int64_t count =
+        ((rows + block_rows - 1) / block_rows) * ((cols + block_cols - 1) / block_cols);
+    std::vector<float> scales(static_cast<std::size_t>(count));
+    for (auto& s : scales) s = 0.0884f / 64 * (0.5f + std::abs(normal(rng)));
+    QuantizedConstantArgs args;
+    args.value = TensorType::dense(DType::F16, 2, {rows, cols, 0});
+    args.storage_dtype = GE2_DTYPE_F8_E4M3;
+    args.data = codes.data();
+    args.scales = scales.data();
+    args.scale_count = count;
+    args.block = std::array<std::int64_t, 2>{block_rows, block_cols};
+    return std::pair{g.add(make_quantized_constant(args, name, "test")), scales};
+  };
+  struct Built {
+    Graph graph;
+    std::vector<float> wg_scales, wu_scales, w2_scales;
+  };
+  auto build = [&](std::int64_t tokens, std::int64_t block_k) {
+    Built b;
+    const ValueId vx =
+        test::add_input(b.graph, "x", TensorType::dense(DType::F16, 2, {tokens, hidden, 0}));
+    const auto wg = block_constant(b.graph, "wg", inter, hidden, 64, block_k);
+    const auto wu = block_constant(b.graph, "wu", inter, hidden, 64, block_k);
+    const auto w2 = block_constant(b.graph, "w2", hidden, inter, 64, block_k);
+    b.wg_scales = wg.second, b.wu_scales = wu.second, b.w2_scales = w2.second;
+    Node gated;
+    gated.kind = OpKind::Mul;
+    gated.x = linear(b.graph, vx, wg.first);
+    gated.y = linear(b.graph, vx, wu.first);
+    gated.act = Activation::Silu;
+    const ValueId m = test::add_node(b.graph, gated);
+    b.graph.add_output({linear(b.graph, m, w2.first), "y", std::nullopt});
+    return b;
+  };
+  auto selections = [](const nlohmann::json& text) {
+    std::vector<nlohmann::json> list;
+    for (const auto& step : text["steps"])
+      if (step.contains("selection")) list.push_back(step["selection"]);
+    return list;
+  };
+
+  auto backend = std::make_shared<RefusingBackend>(8);
+  backend->offered = {KernelId::LtF16, KernelId::CudaSkinnyFp8W, KernelId::CudaF32};
+  backend->refused = KernelId::CpuRef;
+  const Built built = build(8, 64);
+  const auto text =
+      nlohmann::json::parse(compile_plan(backend, built.graph, CompileOptions{})->description());
+  for (const auto& selection : selections(text)) CHECK(selection["kernel"] == "cuda_skinny_fp8w");
+  REQUIRE(backend->prepared.size() == 2);
+  const auto& [joined_problem, joined] = backend->prepared[0];
+  CHECK(joined_problem.b_e4m3);
+  CHECK(joined_problem.b_scale_block_n == 64);
+  CHECK(joined_problem.b_scale_block_k == 64);
+  CHECK(fp8_weight_scale_count(joined_problem) == (2 * inter / 64) * (hidden / 64));
+  CHECK(joined.scales_text() == "one scale per 64x64 block");
+  std::vector<float> both = built.wg_scales;
+  both.insert(both.end(), built.wu_scales.begin(), built.wu_scales.end());
+  CHECK(joined.scales == both);  // [wg; wu]: the gate's block rows, then the up's
+  CHECK(backend->prepared[1].given.scales == built.w2_scales);
+  bool described = false;
+  for (const auto& constant : text["constants"])
+    described |= constant["given_as"] ==
+                 "f8_e4m3 with one scale per 64x64 block (the FP8 rows "
+                 "read these bytes; other kernels the value above)";
+  CHECK(described);
+  CHECK(text["fp8"]["layers"][0]["scales"].get<std::string>().find("one scale per 64x64 block") !=
+        std::string::npos);
+
+  // Blocks of 32 along K: the 16-bit kernels, and the plan says why.
+  auto narrow = std::make_shared<RefusingBackend>(8);
+  narrow->offered = backend->offered;
+  narrow->refused = KernelId::CpuRef;
+  const auto narrow_text = nlohmann::json::parse(
+      compile_plan(narrow, build(8, 32).graph, CompileOptions{})->description());
+  for (const auto& selection : selections(narrow_text)) {
+    CHECK(selection["kernel"] == "lt_f16");
+    CHECK(selection["candidates"].dump().find(
+              "per 64x32 block of op(B)^T; it takes blocks of 64 times a power of two along K") !=
+          std::string::npos);
+  }
+  CHECK(narrow->prepared.empty());
+
+  // Under allow_fp8 at 64 tokens the row-wise rows are not offered such a weight.
+  auto wide = std::make_shared<RefusingBackend>(8);
+  wide->offered = {KernelId::LtFp8E4M3, KernelId::LtF16, KernelId::CudaSkinnyFp8W};
+  wide->refused = KernelId::CpuRef;
+  CompileOptions fp8;
+  fp8.policy.allow_fp8 = true;
+  const auto wide_text =
+      nlohmann::json::parse(compile_plan(wide, build(64, 64).graph, fp8)->description());
+  for (const auto& selection : selections(wide_text)) {
+    CHECK(selection["kernel"] == "lt_f16");
+    CHECK(selection["candidates"].dump().find(
+              "given in e4m3 with a scale per 64x64 block of op(B)^T; this row reads one scale "
+              "per output channel") != std::string::npos);
+  }
 }

@@ -178,3 +178,97 @@ TEST_CASE("quantized constant: f8_e4m3 is refused as the dtype of any computed v
   expect_refused(ge2_gemm_bias_act(context.get(), &params, a, b, nullptr, d_out, nullptr),
                  "argument 'params->dtype' = 4 (f8_e4m3) is a storage type only");
 }
+
+TEST_CASE("block quantized constant: e4m3 * the block's scale, partial and oversized blocks") {
+  // Blocks as checkpoints give them (128 x 128, here scaled down to 16 x 32 so the
+  // matrix has partial blocks on both edges), one per row or column of blocks, and a
+  // block larger than the matrix (one scale); both layouts, every dtype.
+  auto context = make_context(GE2_DEVICE_CPU);
+  struct Blocks {
+    std::int64_t n, k;
+  };
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16, GE2_DTYPE_F32})
+    for (bool trans_b : {true, false})
+      for (const Blocks blocks : {Blocks{16, 32}, Blocks{1, 64}, Blocks{40, 1}, Blocks{512, 512}}) {
+        CAPTURE(dtype);
+        CAPTURE(trans_b);
+        CAPTURE(blocks.n);
+        CAPTURE(blocks.k);
+        const QuantizedLayer layer =
+            make_block_quantized_layer(dtype, 5, 40, 72, trans_b, blocks.n, blocks.k);
+        GraphPtr graph = quantized_layer_graph(layer);
+        const auto [y, plan] = run_layer(context.get(), graph.get(), layer);
+        CHECK(relative_error(y, layer.reference(layer.m)) <= tolerance(dtype));
+        std::string given_as;
+        for (const auto& constant : plan.at("constants"))
+          if (constant.at("name") == "w") given_as = constant.at("given_as");
+        CHECK(given_as.find("f8_e4m3 with one scale") == 0);
+      }
+}
+
+TEST_CASE("block quantized constant: each element is its code times its own block's scale") {
+  // A 3 x 5 matrix in blocks of 2 x 2: a 2 x 3 grid whose last row and column are
+  // partial. y = I w returns the stored value, which must be exactly the dtype's
+  // rounding of code * scale of the element's block.
+  auto context = make_context(GE2_DEVICE_CPU);
+  const std::uint8_t codes[15] = {0x38, 0x40, 0x30, 0xb8, 0x7e, 0x01, 0x00, 0x3f,
+                                  0x44, 0xc0, 0x39, 0x3a, 0xfe, 0x80, 0x48};
+  const float scales[6] = {0.5f, 2.0f, 0.125f, 3.0f, 0.01f, 7.0f};
+  GraphPtr graph = make_graph();
+  const ge2_tensor_desc_t dw{GE2_DTYPE_F32, 2, {3, 5}, {}};
+  ge2_value_t vw, vx, vy;
+  GE2_CHECK(ge2_graph_add_block_quantized_constant(graph.get(), "w", &dw, GE2_DTYPE_F8_E4M3, codes,
+                                                   scales, 6, 2, 2, &vw));
+  const ge2_tensor_desc_t dx{GE2_DTYPE_F32, 2, {3, 3}, {}};
+  GE2_CHECK(ge2_graph_add_input(graph.get(), "x", &dx, &vx));
+  GE2_CHECK(ge2_graph_add_gemm(graph.get(), vx, vw, GE2_NO_VALUE, nullptr, &vy));
+  GE2_CHECK(ge2_graph_mark_output(graph.get(), vy, "y", nullptr));
+  ge2_plan_t* raw = nullptr;
+  GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), nullptr, &raw));
+  PlanPtr plan(raw);
+  HostTensor x = make_tensor(GE2_DTYPE_F32, {3, 3}), y = make_tensor(GE2_DTYPE_F32, {3, 5});
+  for (int i = 0; i < 9; ++i) x.set(i, i % 4 == 0 ? 1.0 : 0.0);
+  poison(y);
+  const ge2_binding_t bindings[] = {{"x", x.data()}, {"y", y.data()}};
+  GE2_CHECK(ge2_plan_execute(plan.get(), bindings, 2, nullptr));
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) {
+      CAPTURE(i);
+      CAPTURE(j);
+      const float scale = scales[(i / 2) * 3 + j / 2];
+      CHECK(y.get(i * 5 + j) == ge2::e4m3_bits_to_float(codes[i * 5 + j]) * scale);
+    }
+}
+
+TEST_CASE("block quantized constant: faults are refused naming the argument and value") {
+  GraphPtr graph = make_graph();
+  const std::uint8_t data[6] = {0x38, 0x40, 0x30, 0xb8, 0x00, 0x01};
+  const float scales[4] = {1.0f, 2.0f, 0.5f, 4.0f};
+  const ge2_tensor_desc_t d{GE2_DTYPE_F16, 2, {2, 3}, {}};
+  ge2_value_t out = 42;
+  auto add = [&](const float* s, std::int64_t count, std::int64_t block_rows,
+                 std::int64_t block_cols) {
+    return ge2_graph_add_block_quantized_constant(graph.get(), "w", &d, GE2_DTYPE_F8_E4M3, data, s,
+                                                  count, block_rows, block_cols, &out);
+  };
+  expect_refused(add(scales, 1, 0, 2), "argument 'block_rows' = 0 must be at least 1");
+  expect_refused(add(scales, 1, 2, -5), "argument 'block_cols' = -5 must be at least 1");
+  expect_refused(add(scales, 4, 2, 2),
+                 "argument 'scale_count' = 4 must be 2 (1 x 2 blocks of 2 x 2 in shape [2, 3])");
+  expect_refused(add(scales, 1, 1, 1), "argument 'scale_count' = 1 must be 6");
+  const float nan_scale[2] = {1.0f, std::numeric_limits<float>::quiet_NaN()};
+  expect_refused(add(nan_scale, 2, 2, 2), "scales[1] = nan is not finite");
+  expect_refused(add(nullptr, 2, 2, 2), "'scales'");
+  expect_refused(ge2_graph_add_block_quantized_constant(graph.get(), "w", &d, GE2_DTYPE_BF16, data,
+                                                        scales, 2, 2, 2, &out),
+                 "argument 'storage_dtype' = 2 is not a quantized storage type");
+  // 448 * 200 overflows f16 in the second block only.
+  const std::uint8_t big[6] = {0x38, 0x40, 0x7e, 0xb8, 0x00, 0x01};
+  const float large[2] = {1.0f, 200.0f};
+  const ge2_status_t overflow = ge2_graph_add_block_quantized_constant(
+      graph.get(), "w", &d, GE2_DTYPE_F8_E4M3, big, large, 2, 2, 2, &out);
+  expect_refused(overflow, "element [0, 2] = 448 * scale 200 overflows f16");
+  CHECK(out == 42);
+  GE2_CHECK(add(scales, 2, 2, 2));
+  CHECK(out == 0);
+}

@@ -161,12 +161,16 @@ ge2_status_t ge2_graph_add_constant(ge2_graph_t* graph, const char* name,
   });
 }
 
-ge2_status_t ge2_graph_add_quantized_constant(ge2_graph_t* graph, const char* name,
-                                              const ge2_tensor_desc_t* desc,
-                                              ge2_dtype_t storage_dtype, const void* data,
-                                              const float* scales, int64_t scale_count,
-                                              int32_t scale_axis, ge2_value_t* out) {
-  return guarded(__func__, [&](const char* f) {
+namespace {
+
+// Both entry points of quantized constants: `block` set for the block form.
+ge2_status_t add_quantized_constant(const char* function, ge2_graph_t* graph, const char* name,
+                                    const ge2_tensor_desc_t* desc, ge2_dtype_t storage_dtype,
+                                    const void* data, const float* scales, int64_t scale_count,
+                                    int32_t scale_axis,
+                                    std::optional<std::array<std::int64_t, 2>> block,
+                                    ge2_value_t* out) {
+  return guarded(function, [&](const char* f) {
     GraphWriteLock lock(graph, f);
     check_new_name(graph->graph, name, f);
     require_not_null(desc, f, "desc");
@@ -180,8 +184,31 @@ ge2_status_t ge2_graph_add_quantized_constant(ge2_graph_t* graph, const char* na
     args.scales = scales;
     args.scale_count = scale_count;
     args.scale_axis = scale_axis;
+    args.block = block;
     *out = graph->graph.add(make_quantized_constant(args, name, f));
   });
+}
+
+}  // namespace
+
+ge2_status_t ge2_graph_add_quantized_constant(ge2_graph_t* graph, const char* name,
+                                              const ge2_tensor_desc_t* desc,
+                                              ge2_dtype_t storage_dtype, const void* data,
+                                              const float* scales, int64_t scale_count,
+                                              int32_t scale_axis, ge2_value_t* out) {
+  return add_quantized_constant(__func__, graph, name, desc, storage_dtype, data, scales,
+                                scale_count, scale_axis, std::nullopt, out);
+}
+
+ge2_status_t ge2_graph_add_block_quantized_constant(ge2_graph_t* graph, const char* name,
+                                                    const ge2_tensor_desc_t* desc,
+                                                    ge2_dtype_t storage_dtype, const void* data,
+                                                    const float* scales, int64_t scale_count,
+                                                    int64_t block_rows, int64_t block_cols,
+                                                    ge2_value_t* out) {
+  return add_quantized_constant(__func__, graph, name, desc, storage_dtype, data, scales,
+                                scale_count, -1,
+                                std::array<std::int64_t, 2>{block_rows, block_cols}, out);
 }
 
 ge2_status_t ge2_gemm_attrs_init_sized(ge2_gemm_attrs_t* attrs, size_t struct_size) {

@@ -88,8 +88,13 @@ std::unique_ptr<Plan> compile_plan(std::shared_ptr<Backend> backend_ptr, Graph g
   for (ValueId id = 0; id < plan->graph_.size(); ++id) {
     Node& node = plan->graph_.node(id);
     if (const QuantizedData* given = node.quantized.get())
-      node.quantized = std::make_shared<QuantizedData>(
-          QuantizedData{given->storage, given->rows, given->cols, {}, given->scales, given->axis});
+      node.quantized = std::make_shared<QuantizedData>(QuantizedData{given->storage,
+                                                                     given->rows,
+                                                                     given->cols,
+                                                                     {},
+                                                                     given->scales,
+                                                                     given->block_rows,
+                                                                     given->block_cols});
   }
   plan->prepare_gated_weights();
   if (bound > 0 && describe)
@@ -184,9 +189,7 @@ Plan::OwnedBytes Plan::allocate_owned(Graph& graph, nlohmann::json* constants_js
         if (const QuantizedData* q = node.quantized.get())
           entry["given_as"] = fmt::format(
               "{} with {} (the FP8 rows read these bytes; other kernels the value above)",
-              dtype_name(q->storage),
-              q->axis < 0 ? "one scale"
-                          : fmt::format("one scale per {}", q->axis == 0 ? "row" : "column"));
+              dtype_name(q->storage), q->scales_text());
         constants_json->push_back(entry);
       }
       node.constant_data.reset();  // the plan keeps the backend's copy only

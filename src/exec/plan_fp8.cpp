@@ -60,8 +60,8 @@ nlohmann::json Plan::apply_fp8_policy() {
       if (const void* b = constant_data(node.b); b && !prepared)
         prepared = backend.prepare_gemm_weight(*fp8, problem, b, constant_data(node.bias), given);
       const std::string scales =
-          given ? fmt::format("given with the weight in e4m3 ({})",
-                              given->axis < 0 ? "one for the tensor" : "one per output channel")
+          given ? fmt::format("given with the weight in e4m3 ({} of the weight as stored)",
+                              given->scales_text())
                 : "per output channel of the weight (amax / 448) at compile";
       const std::string a_scales = kernel_info(*fp8).fp8_weight_only
                                        ? "; the activation stays 16-bit"

@@ -1,5 +1,6 @@
 #include "ir/graph.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <utility>
@@ -9,12 +10,27 @@
 
 namespace ge2 {
 
+std::int64_t QuantizedData::block(int axis) const {
+  assert(axis == 0 || axis == 1);
+  return axis == 0 ? std::min(block_rows, rows) : std::min(block_cols, cols);
+}
+
 std::optional<std::vector<float>> QuantizedData::scales_along(int along) const {
   assert(along == 0 || along == 1);
-  if (axis == -1)
-    return std::vector<float>(static_cast<std::size_t>(along == 0 ? rows : cols), scales.front());
-  if (axis == along) return scales;
-  return std::nullopt;
+  assert(static_cast<std::int64_t>(scales.size()) == grid_rows() * grid_cols());
+  if ((along == 0 ? grid_cols() : grid_rows()) != 1) return std::nullopt;
+  const std::int64_t extent = along == 0 ? rows : cols;
+  std::vector<float> each(static_cast<std::size_t>(extent));
+  for (std::int64_t i = 0; i < extent; ++i)
+    each[static_cast<std::size_t>(i)] = along == 0 ? scale_at(i, 0) : scale_at(0, i);
+  return each;
+}
+
+std::string QuantizedData::scales_text() const {
+  if (grid_rows() == 1 && grid_cols() == 1) return "one scale";
+  if (block(0) == 1 && grid_cols() == 1) return "one scale per row";
+  if (block(1) == 1 && grid_rows() == 1) return "one scale per column";
+  return fmt::format("one scale per {}x{} block", block(0), block(1));
 }
 
 std::vector<ValueId> Node::operands() const {

@@ -43,15 +43,29 @@ struct GemmAttrs {
 // A constant given in a quantized storage type (ge2_graph_add_quantized_constant),
 // kept beside its dequantized value so that a kernel reading the quantized form
 // takes these bytes and scales as given instead of quantizing the value again.
+// Its scales tile the matrix in blocks of block_rows x block_cols: element (i, j)
+// takes scales[(i / block_rows) * grid_cols() + j / block_cols]. One scale for the
+// tensor is the block [rows, cols], one per row [1, cols], one per column [rows, 1].
 struct QuantizedData {
   DType storage = DType::F8E4M3;
   std::int64_t rows = 0, cols = 0;
   std::vector<std::uint8_t> data;  // rows x cols, row-major
-  std::vector<float> scales;       // 1 (axis -1) or one per row (axis 0) / column (axis 1)
-  int axis = -1;
-  // One scale per index along `along` (0: rows, 1: columns), the tensor's scale
-  // repeated when it has one; nullopt when the scales vary along the other axis.
+  std::vector<float> scales;       // grid_rows() x grid_cols(), row-major
+  std::int64_t block_rows = 1, block_cols = 1;
+
+  std::int64_t grid_rows() const { return (rows + block_rows - 1) / block_rows; }
+  std::int64_t grid_cols() const { return (cols + block_cols - 1) / block_cols; }
+  float scale_at(std::int64_t i, std::int64_t j) const {
+    return scales[static_cast<std::size_t>((i / block_rows) * grid_cols() + j / block_cols)];
+  }
+  // The block's extent along `axis` (0: rows, 1: columns), at most the matrix's.
+  std::int64_t block(int axis) const;
+  // One scale per index along `along` (0: rows, 1: columns); nullopt when the
+  // scales vary along the other axis.
   std::optional<std::vector<float>> scales_along(int along) const;
+  // How the scales are laid out, for the plan's text: "one scale", "one scale per
+  // row", "one scale per 128x128 block", ...
+  std::string scales_text() const;
 };
 
 struct Node {

@@ -31,10 +31,13 @@ struct GemmProblem {
   bool trans_a = false, trans_b = false;
   bool has_c = false, has_bias = false;
   bool b_constant = false;  // B is a constant of the plan (weights): FP8 quantizes it once
-  // B is a constant given in e4m3 (ge2_graph_add_quantized_constant) with one scale or
-  // one per output channel (N): the FP8 rows read those bytes, the weight-only one
-  // without allow_fp8.
+  // B is a constant given in e4m3 (ge2_graph_add_quantized_constant): the FP8 rows
+  // read those bytes, the weight-only one without allow_fp8. Its scales are one per
+  // output channel (N; one for the tensor is repeated) when b_scale_block_k is 0,
+  // else one per block of b_scale_block_n x b_scale_block_k of op(B)^T ([N, K]),
+  // row-major by N block (ge2_graph_add_block_quantized_constant).
   bool b_e4m3 = false;
+  std::int64_t b_scale_block_n = 0, b_scale_block_k = 0;
   std::int64_t bias_stride = 1;
   Activation act = Activation::None;
   float alpha = 1.0f, beta = 0.0f;

@@ -1,5 +1,6 @@
 #include "ir/quantized_constant.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -24,21 +25,37 @@ Node make_quantized_constant(const QuantizedConstantArgs& args, const std::strin
           "{}: argument 'storage_dtype' = {} is not a quantized storage type (GE2_DTYPE_F8_E4M3 "
           "= {} is the one there is)",
           f, args.storage_dtype, static_cast<int>(GE2_DTYPE_F8_E4M3));
-  require(args.scale_axis >= -1 && args.scale_axis <= 1, GE2_ERROR_INVALID_ARGUMENT,
-          "{}: argument 'scale_axis' = {} must be -1 (one scale), 0 (per row) or 1 (per column)", f,
-          args.scale_axis);
   const std::int64_t rows = value.shape[0], cols = value.shape[1];
-  const std::int64_t expected =
-      args.scale_axis < 0 ? 1 : value.shape[static_cast<std::size_t>(args.scale_axis)];
-  require(args.scale_count == expected, GE2_ERROR_INVALID_ARGUMENT,
-          "{}: argument 'scale_count' = {} must be {} for scale_axis {} of shape [{}, {}]", f,
-          args.scale_count, expected, args.scale_axis, rows, cols);
-
   auto quantized = std::make_shared<QuantizedData>();
   quantized->storage = DType::F8E4M3;
   quantized->rows = rows;
   quantized->cols = cols;
-  quantized->axis = args.scale_axis;
+  if (args.block) {
+    const auto [block_rows, block_cols] = *args.block;
+    require(block_rows >= 1, GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'block_rows' = {} must be at least 1", f, block_rows);
+    require(block_cols >= 1, GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'block_cols' = {} must be at least 1", f, block_cols);
+    quantized->block_rows = std::min(block_rows, std::max<std::int64_t>(rows, 1));
+    quantized->block_cols = std::min(block_cols, std::max<std::int64_t>(cols, 1));
+    require(args.scale_count == quantized->grid_rows() * quantized->grid_cols(),
+            GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'scale_count' = {} must be {} ({} x {} blocks of {} x {} in shape [{}, "
+            "{}])",
+            f, args.scale_count, quantized->grid_rows() * quantized->grid_cols(),
+            quantized->grid_rows(), quantized->grid_cols(), block_rows, block_cols, rows, cols);
+  } else {
+    require(args.scale_axis >= -1 && args.scale_axis <= 1, GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'scale_axis' = {} must be -1 (one scale), 0 (per row) or 1 (per column)",
+            f, args.scale_axis);
+    const std::int64_t expected =
+        args.scale_axis < 0 ? 1 : value.shape[static_cast<std::size_t>(args.scale_axis)];
+    require(args.scale_count == expected, GE2_ERROR_INVALID_ARGUMENT,
+            "{}: argument 'scale_count' = {} must be {} for scale_axis {} of shape [{}, {}]", f,
+            args.scale_count, expected, args.scale_axis, rows, cols);
+    quantized->block_rows = args.scale_axis == 0 ? 1 : std::max<std::int64_t>(rows, 1);
+    quantized->block_cols = args.scale_axis == 1 ? 1 : std::max<std::int64_t>(cols, 1);
+  }
   const auto elements = static_cast<std::size_t>(rows * cols);
   // The dequantized value and the given bytes both stay with the graph.
   require_fits_in_host_memory(elements * (1 + dtype_size(value.dtype)),
@@ -60,8 +77,7 @@ Node make_quantized_constant(const QuantizedConstantArgs& args, const std::strin
       require(!std::isnan(stored), GE2_ERROR_INVALID_ARGUMENT,
               "{}: argument 'data': element [{}, {}] is an e4m3 NaN code (0x{:02x})", f, i, j,
               quantized->data[static_cast<std::size_t>(index)]);
-      const float scale = quantized->scales[static_cast<std::size_t>(
-          args.scale_axis < 0 ? 0 : (args.scale_axis == 0 ? i : j))];
+      const float scale = quantized->scale_at(i, j);
       out.store(bytes->data(), index, stored * scale);
       const float dequantized = out.load(bytes->data(), index);
       require(std::isfinite(dequantized), GE2_ERROR_INVALID_ARGUMENT,

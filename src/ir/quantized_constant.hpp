@@ -2,7 +2,9 @@
 // the checks on what the caller gave and the dequantized value every op reads.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "ir/graph.hpp"
@@ -16,7 +18,10 @@ struct QuantizedConstantArgs {
   const void* data = nullptr;
   const float* scales = nullptr;
   std::int64_t scale_count = 0;
-  int scale_axis = -1;
+  int scale_axis = -1;  // ge2_graph_add_quantized_constant: -1, 0 or 1
+  // ge2_graph_add_block_quantized_constant: the block's rows and columns (when
+  // given, scale_axis is not read).
+  std::optional<std::array<std::int64_t, 2>> block;
 };
 
 // The Constant node of `args`: its value dequantized into value.dtype and its

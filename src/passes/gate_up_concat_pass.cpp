@@ -31,23 +31,33 @@ Bytes concatenate(const Bytes& p, const Bytes& q, std::int64_t rows, int axis) {
 }
 
 // The quantized form of [first | second] along `axis`, or null when one was not
-// given quantized or their scales vary along the other axis (the joined value is
-// then a plain constant: kernels read its dequantized value).
+// given quantized or their scale grids cannot be joined (the joined value is then
+// a plain constant: kernels read its dequantized value). Grids of one block shape
+// join when the first half ends on a block boundary; otherwise scales that vary
+// along `axis` only join as one scale per index.
 std::shared_ptr<const QuantizedData> join_quantized(const Node& first, const Node& second,
                                                     int axis) {
   if (!first.quantized || !second.quantized) return nullptr;
   const QuantizedData& p = *first.quantized;
   const QuantizedData& q = *second.quantized;
-  const auto p_scales = p.scales_along(axis);
-  const auto q_scales = q.scales_along(axis);
-  if (!p_scales || !q_scales) return nullptr;
   auto joined = std::make_shared<QuantizedData>();
   joined->storage = p.storage;
   joined->rows = axis == 0 ? p.rows + q.rows : p.rows;
   joined->cols = axis == 0 ? p.cols : p.cols + q.cols;
   joined->data = concatenate(p.data, q.data, p.rows, axis);
+  const std::int64_t p_extent = axis == 0 ? p.rows : p.cols;
+  if (p.block(0) == q.block(0) && p.block(1) == q.block(1) && p_extent % p.block(axis) == 0) {
+    joined->block_rows = p.block(0);
+    joined->block_cols = p.block(1);
+    joined->scales = concatenate(p.scales, q.scales, p.grid_rows(), axis);
+    return joined;
+  }
+  const auto p_scales = p.scales_along(axis);
+  const auto q_scales = q.scales_along(axis);
+  if (!p_scales || !q_scales) return nullptr;
+  joined->block_rows = axis == 0 ? 1 : joined->rows;
+  joined->block_cols = axis == 0 ? joined->cols : 1;
   joined->scales = concatenate(*p_scales, *q_scales, 1, 0);
-  joined->axis = axis;
   return joined;
 }
 
@@ -139,7 +149,8 @@ void GateUpConcatPass::run(Graph& graph, PassLog& log) const {
     if (any_quantized && !graph.node(gate.b).quantized)
       log.notes.push_back(fmt::format(
           "the joined weight #{} has no quantized form (one half was not given quantized, or "
-          "its scales run along K): its kernels read the dequantized value",
+          "the halves' scales vary along K in blocks that do not line up): its kernels read "
+          "the dequantized value",
           gate.b));
     if (gate.bias != kNoValue) join_constants(graph, gate.bias, up.bias, 0);
     log.notes.push_back(fmt::format(

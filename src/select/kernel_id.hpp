@@ -59,6 +59,17 @@ enum class KernelFamily {
 // more) takes up to 16 rows, one m16n8k16 tile; its CUDA-core form, whose time
 // grows with the rows, up to 8.
 inline constexpr int kSkinnyMaxRows = 16, kSkinnyCudaCoreMaxRows = 8;
+// cuda_skinny_fp8w on a weight whose scales vary along K (blocks of them): a warp
+// multiplies 64 k of an 8-column tile per step and scales that step's sum, so a
+// block of scales must cover whole tiles (or all N) and a power of two of steps
+// (found by a shift, not a division per step): 64, 128 (checkpoints' size), 256, ...
+inline constexpr int kSkinnyFp8StepK = 64, kSkinnyTileColumns = 8;
+constexpr bool skinny_fp8_scale_blocks_fit(std::int64_t block_n, std::int64_t block_k,
+                                           std::int64_t n) {
+  const std::int64_t steps = block_k / kSkinnyFp8StepK;
+  return block_k % kSkinnyFp8StepK == 0 && steps > 0 && (steps & (steps - 1)) == 0 &&
+         (block_n % kSkinnyTileColumns == 0 || block_n >= n);
+}
 // Columns per thread block, both forms, 1-16 rows. (Run 23 measured blocks of 32
 // columns 5-18% faster at 16 rows on four weights; with the kernel that can split
 // K, run 24 measured them slower at 16 rows on 13 of 15 weights, by up to 28%.)

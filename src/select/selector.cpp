@@ -46,6 +46,11 @@ std::string dtype_rule(const KernelInfo& kernel, const GemmProblem& problem,
   if (kernel.fp8 && !policy.allow_fp8 && !(kernel.fp8_weight_only && problem.b_e4m3))
     return "FP8 not allowed by the compile options (allow_fp8 = 0)";
   if (kernel.fp8 && dtype == DType::F32) return "FP8 runs f16 and bf16 GEMMs only";
+  if (kernel.fp8 && !kernel.fp8_weight_only && problem.b_scale_block_k > 0)
+    return fmt::format(
+        "the weight is given in e4m3 with a scale per {}x{} block of op(B)^T; this row reads "
+        "one scale per output channel",
+        problem.b_scale_block_n, problem.b_scale_block_k);
   return "";
 }
 
@@ -253,8 +258,15 @@ std::size_t fp8_scratch_bytes(const GemmProblem& problem, bool b_prepared) {
   return fp8_operand_bytes(p.m, p.k) + (b_prepared ? 0 : fp8_operand_bytes(p.n, p.k));
 }
 
+std::int64_t fp8_weight_scale_count(const GemmProblem& problem) {
+  if (problem.b_scale_block_k <= 0) return problem.n;
+  return ((problem.n + problem.b_scale_block_n - 1) / problem.b_scale_block_n) *
+         ((problem.k + problem.b_scale_block_k - 1) / problem.b_scale_block_k);
+}
+
 std::size_t fp8_weight_bytes(const GemmProblem& problem) {
-  return fp8_operand_bytes(problem.n, problem.k);
+  return fp8_scales_bytes(fp8_weight_scale_count(problem)) +
+         (fp8_operand_bytes(problem.n, problem.k) - fp8_scales_bytes(problem.n));
 }
 
 GemmProblem with_rows(const GemmProblem& problem, std::int64_t rows) {
@@ -379,6 +391,12 @@ std::string skinny_fp8w_layout_problem(const GemmProblem& problem, const DeviceI
   if (std::string reason = unaligned_stride({{"A's row stride", a.row_stride}}, vector);
       !reason.empty())
     return reason;
+  if (p.b_scale_block_k > 0 &&
+      !skinny_fp8_scale_blocks_fit(p.b_scale_block_n, p.b_scale_block_k, p.n))
+    return fmt::format(
+        "the weight's scales are per {}x{} block of op(B)^T; it takes blocks of {} times a power "
+        "of two along K and a multiple of {} along N",
+        p.b_scale_block_n, p.b_scale_block_k, kSkinnyFp8StepK, kSkinnyTileColumns);
   return skinny_grid_problem(p, device);
 }
 

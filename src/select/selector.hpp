@@ -79,14 +79,20 @@ std::string fp8_layout_problem(const GemmProblem& problem);
 // epilogue for (erf GELU, SiLU, QuickGELU). Every other row computes it in its
 // epilogue, the staged form in its copy back.
 bool runs_separate_activation_pass(KernelId kernel, Activation act);
-// An operand of an FP8 step in memory: `rows` float scales (one per row), then
-// the rows x k e4m3 copy, each part starting on a 256-byte boundary.
+// An operand of an FP8 step in memory: `rows` float scales (one per row; a
+// block-scaled weight's: fp8_weight_scale_count), then the rows x k e4m3 copy,
+// each part starting on a 256-byte boundary.
 std::size_t fp8_scales_bytes(std::int64_t rows);
 std::size_t fp8_operand_bytes(std::int64_t rows, std::int64_t k);
 // Device scratch an FP8 step needs: op(A) as such an operand (M rows) and, unless
 // B is a constant quantized at compile (`b_prepared`), op(B)^T (N rows) after it.
 std::size_t fp8_scratch_bytes(const GemmProblem& problem, bool b_prepared);
-// Bytes of an FP8 weight prepared at compile: op(B)^T, [N, K], as such an operand.
+// The scales of an FP8 weight prepared at compile: one per row of op(B)^T, or for a
+// weight given with scales in blocks along K (problem.b_scale_block_k), one per
+// block of op(B)^T, row-major by N block.
+std::int64_t fp8_weight_scale_count(const GemmProblem& problem);
+// Bytes of an FP8 weight prepared at compile: op(B)^T, [N, K], as such an operand
+// with fp8_weight_scale_count(problem) scales.
 std::size_t fp8_weight_bytes(const GemmProblem& problem);
 // The problem cut to its first `rows` rows of A, C and D (the FP8 accuracy gate's calibration).
 GemmProblem with_rows(const GemmProblem& problem, std::int64_t rows);
@@ -105,7 +111,8 @@ std::string skinny_layout_problem(const GemmProblem& problem, const DeviceInfo& 
 // Why cuda_skinny_fp8w cannot run the problem on `device`, empty when it can: B a
 // constant (its e4m3 copy is made at compile), at most kSkinnyMaxRows rows after
 // folding a batch, op(A) row-major with 16-byte rows, enough columns to give half
-// the SMs a block (fp8_layout_problem's rules hold too).
+// the SMs a block, scales in blocks along K covering whole steps and tiles
+// (kSkinnyFp8StepK, kSkinnyTileColumns; fp8_layout_problem's rules hold too).
 std::string skinny_fp8w_layout_problem(const GemmProblem& problem, const DeviceInfo& device);
 // The problem with a batch folded into M where its operands allow (B shared by
 // every batch, A, C and D batches back to back); else unchanged.

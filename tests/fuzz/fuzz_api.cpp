@@ -342,11 +342,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const std::int64_t count = in.u8() % 3 == 0 ? static_cast<std::int64_t>(scales.size())
                                                     : static_cast<std::int8_t>(in.u8());
         if (count > static_cast<std::int64_t>(scales.size())) break;  // the caller's own bound
-        status = ge2_graph_add_quantized_constant(
-            graph, name, &d, static_cast<ge2_dtype_t>(in.u8() % 6),
+        const auto storage = static_cast<ge2_dtype_t>(in.u8() % 6);
+        const std::uint8_t* data =
             elements > 0 && elements <= static_cast<std::int64_t>(codes.size()) ? codes.data()
-                                                                                : nullptr,
-            scales.data(), count, static_cast<std::int8_t>(in.u8()) % 3, &out);
+                                                                                : nullptr;
+        if (in.u8() % 2)  // blocks of any size, zero and negative included
+          status = ge2_graph_add_block_quantized_constant(
+              graph, name, &d, storage, data, scales.data(), count,
+              static_cast<std::int8_t>(in.u8()), static_cast<std::int8_t>(in.u8()), &out);
+        else
+          status =
+              ge2_graph_add_quantized_constant(graph, name, &d, storage, data, scales.data(), count,
+                                               static_cast<std::int8_t>(in.u8()) % 3, &out);
         break;
       }
     }

@@ -2,19 +2,28 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <utility>
+
 #include "core/dtype.hpp"
 
 namespace ge2::test {
 
+double QuantizedWeight::scale(std::int64_t i, std::int64_t j) const {
+  if (block_rows > 0) {
+    const std::int64_t grid_cols = (cols + block_cols - 1) / block_cols;
+    return scales.at(static_cast<std::size_t>((i / block_rows) * grid_cols + j / block_cols));
+  }
+  return scales.at(static_cast<std::size_t>(axis < 0 ? 0 : axis == 0 ? i : j));
+}
+
 HostTensor QuantizedWeight::value() const {
   HostTensor t = make_tensor(GE2_DTYPE_F32, {rows, cols});
   for (std::int64_t i = 0; i < rows; ++i)
-    for (std::int64_t j = 0; j < cols; ++j) {
-      const double scale = scales[static_cast<std::size_t>(axis < 0 ? 0 : axis == 0 ? i : j)];
+    for (std::int64_t j = 0; j < cols; ++j)
       t.set(i * cols + j,
             static_cast<double>(e4m3_bits_to_float(data[static_cast<std::size_t>(i * cols + j)])) *
-                scale);
-    }
+                scale(i, j));
   return t;
 }
 
@@ -35,19 +44,67 @@ QuantizedWeight random_quantized_weight(std::int64_t rows, std::int64_t cols, in
   return w;
 }
 
-QuantizedLayer make_quantized_layer(ge2_dtype_t dtype, std::int64_t m, std::int64_t n,
-                                    std::int64_t k, bool trans_b, int axis) {
+QuantizedWeight random_block_quantized_weight(std::int64_t rows, std::int64_t cols,
+                                              std::int64_t block_rows, std::int64_t block_cols,
+                                              double scale) {
+  QuantizedWeight w = random_quantized_weight(rows, cols, -1, scale);
+  w.block_rows = block_rows;
+  w.block_cols = block_cols;
+  const std::int64_t count =
+      ((rows + block_rows - 1) / block_rows) * ((cols + block_cols - 1) / block_cols);
+  std::uniform_real_distribution<double> spread(0.25, 4.0);  // blocks differ more than channels
+  w.scales.clear();
+  for (std::int64_t i = 0; i < count; ++i)
+    w.scales.push_back(static_cast<float>(scale / 64.0 * spread(rng())));
+  return w;
+}
+
+ge2_value_t add_quantized_weight(ge2_graph_t* graph, const char* name, ge2_dtype_t dtype,
+                                 const QuantizedWeight& w) {
+  const ge2_tensor_desc_t desc{dtype, 2, {w.rows, w.cols}, {}};
+  const auto count = static_cast<std::int64_t>(w.scales.size());
+  ge2_value_t value = GE2_NO_VALUE;
+  if (w.block_rows > 0)
+    GE2_CHECK(ge2_graph_add_block_quantized_constant(graph, name, &desc, GE2_DTYPE_F8_E4M3,
+                                                     w.data.data(), w.scales.data(), count,
+                                                     w.block_rows, w.block_cols, &value));
+  else
+    GE2_CHECK(ge2_graph_add_quantized_constant(graph, name, &desc, GE2_DTYPE_F8_E4M3, w.data.data(),
+                                               w.scales.data(), count, w.axis, &value));
+  return value;
+}
+
+namespace {
+QuantizedLayer layer_of(ge2_dtype_t dtype, std::int64_t m, std::int64_t n, std::int64_t k,
+                        bool trans_b, QuantizedWeight weight) {
   QuantizedLayer layer;
   layer.dtype = dtype;
   layer.m = m;
   layer.trans_b = trans_b;
-  layer.weight = trans_b ? random_quantized_weight(n, k, axis, 1.0 / std::sqrt(double(k)))
-                         : random_quantized_weight(k, n, axis, 1.0 / std::sqrt(double(k)));
+  layer.weight = std::move(weight);
   layer.x = make_tensor(dtype, {m, k});
   fill_random(layer.x);
   layer.bias = make_tensor(dtype, {n});
   fill_random(layer.bias, -0.5, 0.5);
   return layer;
+}
+}  // namespace
+
+QuantizedLayer make_quantized_layer(ge2_dtype_t dtype, std::int64_t m, std::int64_t n,
+                                    std::int64_t k, bool trans_b, int axis) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(k));
+  return layer_of(dtype, m, n, k, trans_b,
+                  trans_b ? random_quantized_weight(n, k, axis, scale)
+                          : random_quantized_weight(k, n, axis, scale));
+}
+
+QuantizedLayer make_block_quantized_layer(ge2_dtype_t dtype, std::int64_t m, std::int64_t n,
+                                          std::int64_t k, bool trans_b, std::int64_t block_n,
+                                          std::int64_t block_k) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(k));
+  return layer_of(dtype, m, n, k, trans_b,
+                  trans_b ? random_block_quantized_weight(n, k, block_n, block_k, scale)
+                          : random_block_quantized_weight(k, n, block_k, block_n, scale));
 }
 
 std::vector<double> QuantizedLayer::reference(std::int64_t rows) const {
@@ -62,16 +119,12 @@ std::vector<double> QuantizedLayer::reference(std::int64_t rows) const {
 GraphPtr quantized_layer_graph(const QuantizedLayer& layer) {
   GraphPtr graph = make_graph();
   const ge2_tensor_desc_t dx = layer.x.desc(), dbias = layer.bias.desc();
-  const ge2_tensor_desc_t dw{layer.dtype, 2, {layer.weight.rows, layer.weight.cols}, {}};
-  ge2_value_t vx, vw, vb, vy;
+  ge2_value_t vx, vb, vy;
   if (layer.dynamic)
     GE2_CHECK(ge2_graph_add_dynamic_input(graph.get(), "x", &dx, &vx));
   else
     GE2_CHECK(ge2_graph_add_input(graph.get(), "x", &dx, &vx));
-  GE2_CHECK(ge2_graph_add_quantized_constant(graph.get(), "w", &dw, GE2_DTYPE_F8_E4M3,
-                                             layer.weight.data.data(), layer.weight.scales.data(),
-                                             static_cast<std::int64_t>(layer.weight.scales.size()),
-                                             layer.weight.axis, &vw));
+  const ge2_value_t vw = add_quantized_weight(graph.get(), "w", layer.dtype, layer.weight);
   GE2_CHECK(ge2_graph_add_constant(graph.get(), "bias", &dbias, layer.bias.bytes.data(), &vb));
   ge2_gemm_attrs_t attrs;
   GE2_CHECK(ge2_gemm_attrs_init(&attrs));

@@ -219,7 +219,8 @@ class Graph:
         _check(_lib.ge2_graph_add_constant(self._handle, encoded, ctypes.byref(desc), v.pointer, ctypes.byref(out)))
         return self._new_value(out.value)
 
-    def quantized_constant(self, name: str, data, scales, scale_axis=None, dtype="f16") -> Value:
+    def quantized_constant(self, name: str, data, scales, scale_axis=None, dtype="f16",
+                           block=None) -> Value:
         """A constant given in FP8 e4m3 with its scales, as FP8 checkpoints store weights: its value
         in the graph is e4m3(data) * scale in `dtype` ("f16", "bf16" or "f32"); see
         ge2_graph_add_quantized_constant. data: a 2-D host array of e4m3 codes (NumPy uint8 or
@@ -227,7 +228,11 @@ class Graph:
         scales: one float (scale_axis None) or one per row (scale_axis 0) or column (1). As an
         nn.Linear weight [out, in] read with trans_b=True and per-output-channel scales
         (scale_axis 0), CUDA plans run it at decode sizes on the weight-only FP8 kernel, reading
-        the bytes as given."""
+        the bytes as given.
+        block=(rows, cols): one scale per block of that many rows and columns instead
+        (ge2_graph_add_block_quantized_constant), scales the grid of ceil(rows / block rows) x
+        ceil(cols / block cols) values in row-major order, as block-scaled checkpoints store
+        them (DeepSeek-V3, Qwen3 FP8: weight_scale_inv with weight_block_size [128, 128])."""
         import numpy as np
 
         f = "ge2.Graph.quantized_constant"
@@ -258,13 +263,26 @@ class Graph:
             scale_array = np.ascontiguousarray(np.asarray(scales, dtype=np.float32).reshape(-1))
         except (TypeError, ValueError):
             raise TypeError(f"{f}: argument 'scales' = {scales!r} is not a float or a sequence of floats") from None
-        axis = -1 if scale_axis is None else _checks.integer(scale_axis, "scale_axis", f, -1, 1)
         desc = _desc(value_dtype, codes.shape, None, f)
         out = ctypes.c_int32()
+        scale_pointer = scale_array.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        if block is not None:
+            if scale_axis is not None:
+                raise invalid(f, f"argument 'scale_axis' = {scale_axis!r} with block = {block!r}: "
+                                 f"give one of them")
+            try:
+                block_rows, block_cols = block
+            except (TypeError, ValueError):
+                raise TypeError(f"{f}: argument 'block' = {block!r} is not a pair (rows, cols)") from None
+            _check(_lib.ge2_graph_add_block_quantized_constant(
+                self._handle, encoded, ctypes.byref(desc), _capi.DTYPE_F8_E4M3, codes.ctypes.data,
+                scale_pointer, scale_array.size, _checks.integer(block_rows, "block[0]", f),
+                _checks.integer(block_cols, "block[1]", f), ctypes.byref(out)))
+            return self._new_value(out.value)
+        axis = -1 if scale_axis is None else _checks.integer(scale_axis, "scale_axis", f, -1, 1)
         _check(_lib.ge2_graph_add_quantized_constant(
             self._handle, encoded, ctypes.byref(desc), _capi.DTYPE_F8_E4M3, codes.ctypes.data,
-            scale_array.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), scale_array.size, axis,
-            ctypes.byref(out)))
+            scale_pointer, scale_array.size, axis, ctypes.byref(out)))
         return self._new_value(out.value)
 
     @staticmethod

@@ -201,6 +201,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ge2_graph_add_quantized_constant": (S, [P, ctypes.c_char_p, ctypes.POINTER(TensorDesc), ctypes.c_int, P,
                                                  ctypes.POINTER(ctypes.c_float), ctypes.c_int64, ctypes.c_int32,
                                                  value_p]),
+        "ge2_graph_add_block_quantized_constant": (S, [P, ctypes.c_char_p, ctypes.POINTER(TensorDesc), ctypes.c_int,
+                                                       P, ctypes.POINTER(ctypes.c_float), ctypes.c_int64,
+                                                       ctypes.c_int64, ctypes.c_int64, value_p]),
         "ge2_graph_mark_output": (S, [P, ctypes.c_int32, ctypes.c_char_p, ctypes.POINTER(TensorDesc)]),
         "ge2_graph_get_desc": (S, [P, ctypes.c_int32, ctypes.POINTER(TensorDesc)]),
         "ge2_compile_options_init_sized": (S, [ctypes.POINTER(CompileOptions), ctypes.c_size_t]),  # with this module's struct size

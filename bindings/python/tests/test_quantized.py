@@ -106,3 +106,44 @@ def test_refusals_name_the_argument():
     g.quantized_constant("w", big, 1000.0, dtype="f32")  # f32 holds 448000
     with pytest.raises(ge2.InvalidArgumentError, match="'w' is already a constant"):
         g.quantized_constant("w", codes, 1.0)
+
+
+@pytest.mark.parametrize("block", [(128, 128), (16, 32), (1, 64), (100, 1)])
+def test_block_scales_against_fp64(cpu, block):
+    """Scales per block as DeepSeek-V3 and Qwen3 FP8 checkpoints give them (weight_scale_inv,
+    ceil-divided grid, multiplied), the matrix ending inside a block on both axes."""
+    rng = np.random.default_rng()
+    m, n, k = 5, 72, 200
+    codes = random_codes(rng, (n, k))
+    grid = (-(-n // block[0]), -(-k // block[1]))
+    scales = (rng.uniform(0.25, 4.0, grid) / 200.0).astype(np.float32)
+    g = ge2.Graph()
+    x = g.input("x", (m, k), "f32")
+    w = g.quantized_constant("w", codes, scales, dtype="f32", block=block)
+    g.output(g.gemm(x, w, trans_b=True), "y")
+    plan = g.compile(cpu)
+    given = [c["given_as"] for c in plan.describe()["constants"] if c["name"] == "w"]
+    assert given and given[0].startswith("f8_e4m3 with one scale")
+    xs = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    y = np.full((m, n), np.nan, dtype=np.float32)
+    plan.execute({"x": xs, "y": y})
+    per_element = np.repeat(np.repeat(scales.astype(np.float64), block[0], axis=0), block[1], axis=1)
+    weight = e4m3_decode(codes) * per_element[:n, :k]
+    assert rel_error(y, reference(xs, weight, None, None, trans_b=True)) <= 1e-5
+
+
+def test_block_refusals_name_the_argument():
+    g = ge2.Graph()
+    codes = np.zeros((4, 8), dtype=np.uint8)
+    with pytest.raises(ge2.InvalidArgumentError,
+                       match=r"argument 'scale_count' = 3 must be 2 \(1 x 2 blocks of 4 x 4 in shape \[4, 8\]\)"):
+        g.quantized_constant("w", codes, [1.0, 2.0, 3.0], block=(4, 4))
+    with pytest.raises(ge2.InvalidArgumentError, match="argument 'block_rows' = 0 must be at least 1"):
+        g.quantized_constant("w", codes, [1.0], block=(0, 4))
+    with pytest.raises(ge2.InvalidArgumentError, match="argument 'scale_axis' = 0 with block"):
+        g.quantized_constant("w", codes, [1.0, 2.0], scale_axis=0, block=(4, 4))
+    with pytest.raises(TypeError, match="argument 'block' = 4 is not a pair"):
+        g.quantized_constant("w", codes, [1.0, 2.0], block=4)
+    with pytest.raises(TypeError, match=r"argument 'block\[1\]' = 4.0 is not an integer"):
+        g.quantized_constant("w", codes, [1.0, 2.0], block=(4, 4.0))
+    g.quantized_constant("w", codes, np.ones((1, 2), dtype=np.float32), block=(4, 4))

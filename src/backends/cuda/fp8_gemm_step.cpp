@@ -102,7 +102,7 @@ class Fp8GemmStep final : public Step {
                               stream, problem_.a_act);
     Fp8Operand b_q{};
     if (slots_.b_prepared >= 0) {
-      b_q = fp8_operand(slot_pointer(s, slots_.b_prepared), problem_.n);
+      b_q = fp8_operand(slot_pointer(s, slots_.b_prepared), fp8_weight_scale_count(problem_));
     } else {
       b_q = fp8_operand(
           static_cast<std::uint8_t*>(scratch) + fp8_operand_bytes(problem_.m, problem_.k),
@@ -158,9 +158,9 @@ class Fp8GemmStep final : public Step {
 
 }  // namespace
 
-Fp8Operand fp8_operand(void* block, std::int64_t rows) {
+Fp8Operand fp8_operand(void* block, std::int64_t scale_count) {
   auto* bytes = static_cast<std::uint8_t*>(block);
-  return {reinterpret_cast<float*>(bytes), bytes + fp8_scales_bytes(rows)};
+  return {reinterpret_cast<float*>(bytes), bytes + fp8_scales_bytes(scale_count)};
 }
 
 GemmProblem with_prepared_fp8_weight(const GemmProblem& problem) {
@@ -172,7 +172,7 @@ GemmProblem with_prepared_fp8_weight(const GemmProblem& problem) {
 
 void prepare_fp8_weight(const GemmProblem& problem, const void* b, void* prepared, int sm_count) {
   const GemmProblem p = fold_batch_into_m(problem);
-  const Fp8Operand weight = fp8_operand(prepared, p.n);
+  const Fp8Operand weight = fp8_operand(prepared, fp8_weight_scale_count(p));
   launch_quantize_e4m3_rows(p.dtype, op_b_transposed(p), b, weight.data, weight.scales, sm_count,
                             nullptr);
   GE2_CUDA_CHECK(cudaStreamSynchronize(nullptr));
@@ -182,13 +182,27 @@ void prepare_given_fp8_weight(const GemmProblem& problem, const QuantizedData& g
                               void* prepared) {
   // B is [N, K] with trans_b (its rows are op(B)^T's), else [K, N].
   const int channel_axis = problem.trans_b ? 0 : 1;
+  const bool blocks = problem.b_scale_block_k > 0;
   const auto scales = given.scales_along(channel_axis);
-  require(problem.b_e4m3 && scales && given.rows * given.cols == problem.n * problem.k &&
+  require(problem.b_e4m3 && (blocks || scales) &&
+              given.rows * given.cols == problem.n * problem.k &&
               given.data.size() == static_cast<std::size_t>(problem.n * problem.k),
           GE2_ERROR_INTERNAL, "the e4m3 weight given does not match GEMM {}", problem);
   std::vector<std::uint8_t> block(fp8_weight_bytes(problem));
-  const Fp8Operand weight = fp8_operand(block.data(), problem.n);
-  std::copy(scales->begin(), scales->end(), weight.scales);
+  const Fp8Operand weight = fp8_operand(block.data(), fp8_weight_scale_count(problem));
+  if (blocks) {
+    // The grid as op(B)^T sees it: N blocks by K blocks, transposed for a [K, N] B.
+    const std::int64_t grid_n = problem.trans_b ? given.grid_rows() : given.grid_cols();
+    const std::int64_t grid_k = problem.trans_b ? given.grid_cols() : given.grid_rows();
+    require(grid_n * grid_k == fp8_weight_scale_count(problem), GE2_ERROR_INTERNAL,
+            "the e4m3 weight's {} do not match GEMM {}", given.scales_text(), problem);
+    for (std::int64_t bn = 0; bn < grid_n; ++bn)
+      for (std::int64_t bk = 0; bk < grid_k; ++bk)
+        weight.scales[bn * grid_k + bk] = given.scales[static_cast<std::size_t>(
+            problem.trans_b ? bn * grid_k + bk : bk * grid_n + bn)];
+  } else {
+    std::copy(scales->begin(), scales->end(), weight.scales);
+  }
   for (std::int64_t n = 0; n < problem.n; ++n)
     for (std::int64_t k = 0; k < problem.k; ++k)
       weight.data[n * problem.k + k] = given.data[static_cast<std::size_t>(

@@ -82,14 +82,15 @@ struct Fp8Operand {
   float* scales;
   std::uint8_t* data;
 };
-Fp8Operand fp8_operand(void* block, std::int64_t rows);
+Fp8Operand fp8_operand(void* block, std::int64_t scale_count);
 // `problem` with B read from prepare_fp8_weight's copy: dense, K-contiguous, [N, K].
 GemmProblem with_prepared_fp8_weight(const GemmProblem& problem);
 // Writes the e4m3 copy of the constant op(B)^T and its channel scales into `prepared`
 // (fp8_weight_bytes(problem) bytes), synchronously.
 void prepare_fp8_weight(const GemmProblem& problem, const void* b, void* prepared, int sm_count);
 // The same copy made of B's e4m3 bytes and scales as the caller gave them
-// (problem.b_e4m3): no quantization, op(B)^T's rows and their channel scales.
+// (problem.b_e4m3): no quantization, op(B)^T's rows and their channel scales, or
+// the grid of block scales in op(B)^T's orientation (problem.b_scale_block_k).
 void prepare_given_fp8_weight(const GemmProblem& problem, const QuantizedData& given,
                               void* prepared);
 // cuda_f32: any dtype, layout and epilogue.

@@ -32,6 +32,8 @@ static_assert(kSkinnyMaxRows <= 16, "an m16n8k16 tile holds 16 rows");
 // three blocks per SM spilled and ran 5-70% slower.
 using MmaE4m3Config = skinny::MmaConfig<8, 2, 4, false, 2, true>;
 static_assert(MmaE4m3Config::kColumnsPerBlock == kSkinnyColumnsPerBlock);
+// The selector's rule on blocks of scales restates the kernel's step and tile.
+static_assert(4 * skinny::BRow<__half, __nv_fp8_storage_t>::kLaneK == kSkinnyFp8StepK);
 
 // The workspace of a split launch: fp32 partial sums, then the tile counters.
 struct SplitWorkspace {
@@ -139,6 +141,17 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
   p.has_c = pr.has_c;
   p.has_bias = pr.has_bias;
   p.b_scale = b_e4m3_scales;
+  const bool block_scales = b_e4m3_scales != nullptr && pr.b_scale_block_k > 0;
+  if (block_scales) {
+    // skinny_fp8w_layout_problem admitted the blocks: whole steps along K, whole tiles along N.
+    require(skinny_fp8_scale_blocks_fit(pr.b_scale_block_n, pr.b_scale_block_k, pr.n),
+            GE2_ERROR_INTERNAL, "cuda_skinny_fp8w: scale blocks {}x{} for GEMM {}",
+            pr.b_scale_block_n, pr.b_scale_block_k, pr);
+    p.b_scale_block_n = static_cast<int>(pr.b_scale_block_n);
+    p.b_scale_block_k = static_cast<int>(pr.b_scale_block_k);
+    p.b_scale_ld = static_cast<int>((pr.k + pr.b_scale_block_k - 1) / pr.b_scale_block_k);
+    while ((kSkinnyFp8StepK << p.b_scale_step_shift) < pr.b_scale_block_k) ++p.b_scale_step_shift;
+  }
   if (launch.k_splits > 1) {
     const SplitWorkspace w = split_workspace(pr, launch.k_splits);
     if (workspace != nullptr && workspace_bytes >= w.bytes) {
@@ -152,6 +165,11 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
     using T = typename decltype(row)::type;
     const int batch = static_cast<int>(pr.batch);
     if constexpr (sizeof(T) == 2) {
+      if (block_scales) {
+        GE2_CUDA_CHECK(
+            (skinny::launch_mma<T, MmaE4m3Config, __nv_fp8_storage_t, true>(p, batch, stream)));
+        return;
+      }
       if (b_e4m3_scales != nullptr) {
         GE2_CUDA_CHECK(
             (skinny::launch_mma<T, MmaE4m3Config, __nv_fp8_storage_t>(p, batch, stream)));

@@ -28,8 +28,12 @@ struct Params {
   float alpha, beta;
   int act, has_c, has_bias;
   // The e4m3 weight's dequantization scale per output column (B stored as e4m3,
-  // tensor-core form only), or nullptr for a 16-bit B.
+  // tensor-core form only), or nullptr for a 16-bit B. With b_scale_block_k > 0,
+  // one per block instead: B[col, k] (op(B)^T) takes b_scale[(col / b_scale_block_n)
+  // * b_scale_ld + k / b_scale_block_k], applied to each step's sum; a step s of
+  // kSkinnyFp8StepK k lies in K block s >> b_scale_step_shift.
   const float* b_scale;
+  int b_scale_block_n, b_scale_block_k, b_scale_ld, b_scale_step_shift;
   // The tensor-core form's split of K over blocks (grid z): with splits > 1 each
   // block writes its share to partial[((z * splits + split) * m + r) * n + col]
   // (fp32) and the last block of a column tile, counted in counters[z * tiles +
@@ -74,7 +78,7 @@ struct Vector {
 template <typename T>
 __device__ __forceinline__ void store_output(const Params& p, long long z, int r, long long col,
                                              float acc) {
-  if (p.b_scale != nullptr) acc *= p.b_scale[col];
+  if (p.b_scale != nullptr && p.b_scale_block_k == 0) acc *= p.b_scale[col];
   float v = p.alpha * acc;
   if (p.has_c) v += p.beta * to_float(static_cast<const T*>(p.c)[z * p.c_batch + r * p.ldc + col]);
   if (p.has_bias) v += to_float(static_cast<const T*>(p.bias)[col * p.bias_stride]);

@@ -116,7 +116,8 @@ class SkinnyFp8WeightStep final : public Step {
                          stream);
       a = staged_a_.data();
     }
-    const Fp8Operand weight = fp8_operand(slot_pointer(s, slots_.b_prepared), problem_.n);
+    const Fp8Operand weight =
+        fp8_operand(slot_pointer(s, slots_.b_prepared), fp8_weight_scale_count(problem_));
     launch_skinny_gemm(staged ? staged_problem_ : problem_, a, weight.data,
                        slot_pointer(s, slots_.c), slot_pointer(s, slots_.bias),
                        slot_pointer(s, slots_.d), launch_, s.workspace, s.workspace_bytes, stream,
@@ -128,9 +129,14 @@ class SkinnyFp8WeightStep final : public Step {
         fused_kernel_description("cuda_skinny_fp8w", "cuda_skinny_fp8",
                                  skinny_configuration(launch_, true), problem_, folded_, nullptr);
     j["unaligned_pointers_run"] = "cuda_skinny_fp8w on A copied to an aligned buffer";
-    j["scales"] = problem_.b_e4m3
-                      ? "given with the weight, per output channel, applied to each sum"
-                      : "per output channel of the weight (amax / 448), applied to each sum";
+    j["scales"] = !problem_.b_e4m3
+                      ? "per output channel of the weight (amax / 448), applied to each sum"
+                  : problem_.b_scale_block_k > 0
+                      ? fmt::format(
+                            "given with the weight, per block of {} output channels x {} k, "
+                            "applied to each step's sum of {} k",
+                            problem_.b_scale_block_n, problem_.b_scale_block_k, kSkinnyFp8StepK)
+                      : "given with the weight, per output channel, applied to each sum";
     j["a_quantized"] = "no: A is read as stored (W8A16)";
     j["b_quantized"] = problem_.b_e4m3 ? "no: given in e4m3 (a quantized constant)"
                                        : "once, at compile (constant weight)";

@@ -108,7 +108,11 @@ struct BRow<T, __nv_fp8_storage_t> {
 
 // kRows: 8 (rows g only; the upper half of each tile multiplies zeros) or 16.
 // TB: B's element, T or an e4m3 byte (Params::b_scale then holds its scales).
-template <typename T, int kRows, typename Cfg, typename TB = T>
+// kBlockScales: B's scales vary along K in blocks (Params::b_scale_block_k, the
+// step's K times a power of two; b_scale_block_n a multiple of 8): each step's
+// products are summed apart and added to the accumulator times their block's scale,
+// so the weight is read as e4m3 * scale exactly, as with one scale per column.
+template <typename T, int kRows, typename Cfg, typename TB = T, bool kBlockScales = false>
 __global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(Params p) {
   static_assert(sizeof(T) == 2, "mma.sync m16n8k16 takes 16-bit inputs");
   using B = BRow<T, TB>;
@@ -139,6 +143,13 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(
   const T* a1 = a_base + (has_row1 ? g + 8 : 0) * p.lda;
 
   float acc[kTiles][4] = {};
+  // kBlockScales: the N block of each tile's scales (a tile lies inside one block).
+  int scale_row[kTiles];
+#pragma unroll
+  for (int i = 0; i < kTiles; ++i) {
+    const long long col = col0 + 8 * i < p.n ? col0 + 8 * i : p.n - 1;
+    scale_row[i] = kBlockScales ? static_cast<int>(col / p.b_scale_block_n) * p.b_scale_ld : 0;
+  }
   // This block's steps of kStepK along K: all of them, or its split's share.
   const int splits = gridDim.z, split = blockIdx.z;
   const int all_steps = (p.k + kStepK - 1) / kStepK,
@@ -178,14 +189,34 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(
     for (int u = 0; u < kUnroll; ++u) {
       if constexpr (Cfg::kLateA) load_a(u, av[0]);
       const auto& a = av[Cfg::kLateA ? 0 : u];
+      // kBlockScales: the step's scale per tile, loaded before its products are
+      // summed (zero past the end, where they are sums of zeros and the scale may not
+      // exist), and those sums kept apart.
+      float scale[kBlockScales ? kTiles : 1];
+      if constexpr (kBlockScales) {
+        const int step = s0 + u * kStepStride;
+#pragma unroll
+        for (int i = 0; i < kTiles; ++i)
+          scale[i] = step < end_step
+                         ? __ldg(p.b_scale + scale_row[i] + (step >> p.b_scale_step_shift))
+                         : 0.0f;
+      }
+      float step_sum[kBlockScales ? kTiles : 1][4] = {};
 #pragma unroll
       for (int i = 0; i < kTiles; ++i) {
+        float(&sum)[4] = kBlockScales ? step_sum[kBlockScales ? i : 0] : acc[i];
 #pragma unroll
         for (int h = 0; h < kGroups; ++h) {
           const uint4 bw = B::words(bv[u][i], h);
-          mma_16816<T>(acc[i], a[0][h].x, a[1][h].x, a[0][h].y, a[1][h].y, bw.x, bw.y);
-          mma_16816<T>(acc[i], a[0][h].z, a[1][h].z, a[0][h].w, a[1][h].w, bw.z, bw.w);
+          mma_16816<T>(sum, a[0][h].x, a[1][h].x, a[0][h].y, a[1][h].y, bw.x, bw.y);
+          mma_16816<T>(sum, a[0][h].z, a[1][h].z, a[0][h].w, a[1][h].w, bw.z, bw.w);
         }
+      }
+      if constexpr (kBlockScales) {
+#pragma unroll
+        for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(scale[i], step_sum[i][j], acc[i][j]);
       }
     }
   }
@@ -243,13 +274,15 @@ __global__ void __launch_bounds__(32 * Cfg::kWarps, Cfg::kMinBlocks) mma_kernel(
 
 // Launches the instance for p.m rows (at most 16) on `stream`, programmatically
 // dependent on the kernel before (dependent_launch.cuh); the launch's error.
-template <typename T, typename Cfg, typename TB = T>
+template <typename T, typename Cfg, typename TB = T, bool kBlockScales = false>
 [[nodiscard]] cudaError_t launch_mma(const Params& p, int batch, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n + Cfg::kColumnsPerBlock - 1) / Cfg::kColumnsPerBlock),
                   static_cast<unsigned>(batch), static_cast<unsigned>(p.splits > 1 ? p.splits : 1));
   const dim3 threads(32 * Cfg::kWarps);
-  return launch_dependent(true, p.m <= 8 ? mma_kernel<T, 8, Cfg, TB> : mma_kernel<T, 16, Cfg, TB>,
-                          grid, threads, 0, stream, p);
+  return launch_dependent(
+      true,
+      p.m <= 8 ? mma_kernel<T, 8, Cfg, TB, kBlockScales> : mma_kernel<T, 16, Cfg, TB, kBlockScales>,
+      grid, threads, 0, stream, p);
 }
 
 }  // namespace ge2::cuda::skinny
