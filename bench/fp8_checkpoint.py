@@ -1,5 +1,6 @@
-"""FFN blocks of an FP8 checkpoint (weights stored as e4m3 with a scale per output channel,
-as FP8 model releases ship them), ge2 against PyTorch in one process on the same tensors:
+"""FFN blocks of an FP8 checkpoint (weights stored as e4m3 with a scale per output channel, or
+per 128 x 128 block as DeepSeek-V3 and Qwen3 FP8 releases ship them), ge2 against PyTorch in
+one process on the same tensors:
 
   ge2 e4m3 weights   the graph takes the codes and scales as given
                      (Graph.quantized_constant): default options, no allow_fp8; at 1-16
@@ -16,7 +17,7 @@ contenders rotated group by group (bench/ffn_blocks.py's time_contenders). Error
 Frobenius distance to the block in fp32 on the dequantized weights.
 
     python3 bench/fp8_checkpoint.py --out DIR [--hidden 4096] [--inter 11008]
-        [--tokens 1 4 8 16 64] [--blocks gelu swiglu]
+        [--tokens 1 4 8 16 64] [--blocks gelu swiglu] [--scales channel block] [--block-size 128]
 
 --device cpu runs the same blocks on ge2's CPU backend and PyTorch's CPU eager in f32 with
 wall-clock timing and no graph contenders: a check of this script (bindings/python/tests), not
@@ -42,7 +43,23 @@ def quantize_per_channel(weight):
     return codes, scale.reshape(-1)
 
 
-def ge2_graph(kind, modules, given, tokens, hidden, dtype_name):
+def quantize_per_block(weight, size):
+    """(e4m3 codes, float32 scales [ceil(out / size), ceil(in / size)]) of an nn.Linear weight,
+    one scale per size x size block (amax / 448), the checkpoints' weight_scale_inv."""
+    import torch
+
+    out, inp = weight.shape
+    rows, cols = -(-out // size), -(-inp // size)
+    padded = torch.zeros(rows * size, cols * size, device=weight.device, dtype=torch.float32)
+    padded[:out, :inp] = weight.float()
+    amax = padded.reshape(rows, size, cols, size).abs().amax(dim=(1, 3))
+    scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    per_element = scale.repeat_interleave(size, 0).repeat_interleave(size, 1)[:out, :inp]
+    codes = (weight.float() / per_element).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return codes, scale, per_element
+
+
+def ge2_graph(kind, modules, given, tokens, hidden, dtype_name, block=None):
     """The block as a ge2 graph in `dtype_name`; weights as quantized constants where `given`
     has them, else as the modules' (dequantized) weights."""
     import ge2
@@ -54,6 +71,9 @@ def ge2_graph(kind, modules, given, tokens, hidden, dtype_name):
     def weight(name):
         if given is not None:
             codes, scales = given[name]
+            if block:
+                return g.quantized_constant(name, codes.cpu(), scales.cpu().numpy(), dtype=dtype_name,
+                                            block=(block, block))
             return g.quantized_constant(name, codes.cpu(), scales.cpu().numpy(), scale_axis=0, dtype=dtype_name)
         return g.constant(name, modules[name].weight.detach().cpu())
 
@@ -81,6 +101,8 @@ def main():
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 4, 8, 16, 64])
     parser.add_argument("--blocks", nargs="+", default=["gelu", "swiglu"])
     parser.add_argument("--groups", type=int, default=25)
+    parser.add_argument("--scales", nargs="+", choices=["channel", "block"], default=["channel"])
+    parser.add_argument("--block-size", type=int, default=128)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     args = parser.parse_args()
     import torch  # after argparse: --help works without torch
@@ -92,54 +114,58 @@ def main():
     ctx = ge2.Context(device=args.device, tunedb="")
     dtype, dtype_name = (torch.float16, "f16") if on_gpu else (torch.float32, "f32")
     rows = []
-    for kind in args.blocks:
-        for inter in args.inter:
-            block, modules = torch_block(kind, args.hidden, inter, dtype, device=args.device)
-            given = {}
-            with torch.no_grad():
-                for name, module in modules.items():
+    for kind, inter, scaling in ((b, i, s) for b in args.blocks for i in args.inter for s in args.scales):
+        block_size = args.block_size if scaling == "block" else None
+        block, modules = torch_block(kind, args.hidden, inter, dtype, device=args.device)
+        given = {}
+        with torch.no_grad():
+            for name, module in modules.items():
+                if block_size:
+                    codes, scales, per_element = quantize_per_block(module.weight, block_size)
+                else:
                     codes, scales = quantize_per_channel(module.weight)
-                    given[name] = (codes.view(torch.uint8), scales)
-                    module.weight.copy_((codes.float() * scales[:, None]).to(dtype))  # what every peer reads
-            reference = torch_block(kind, args.hidden, inter, torch.float32, device=args.device)[0]
-            reference.load_state_dict({k: v.float() for k, v in block.state_dict().items()})
-            for tokens in args.tokens:
-                e4m3_plan = ge2_graph(kind, modules, given, tokens, args.hidden, dtype_name).compile(ctx)
-                e4m3_replay = ge2_graph(kind, modules, given, tokens, args.hidden, dtype_name).compile(
-                    ctx, graph_replay=True)
-                fp16_plan = ge2_graph(kind, modules, None, tokens, args.hidden, dtype_name).compile(ctx)
-                kernels = [s["kernel"]["name"] for s in e4m3_plan.describe()["steps"] if "selection" in s]
-                xs = torch.randn(tokens, args.hidden, device=args.device, dtype=dtype)
-                ya, yb, yc = (torch.empty_like(xs) for _ in range(3))
-                with torch.no_grad():
-                    want = reference(xs.float())
-                    e4m3_plan.execute({"x": xs, "y": ya})
-                    e4m3_replay.execute({"x": xs, "y": yb})
-                    fp16_plan.execute({"x": xs, "y": yc})
-                    if on_gpu:
-                        torch.cuda.synchronize()
-                    errors = {"ge2 e4m3 weights": rel(ya, want), "ge2 e4m3 weights replay": rel(yb, want),
-                              "ge2 fp16 weights": rel(yc, want), "torch eager": rel(block(xs), want)}
-                    contenders = {
-                        "ge2 e4m3 weights": lambda: e4m3_plan.execute({"x": xs, "y": ya}),
-                        "ge2 e4m3 weights replay": lambda: e4m3_replay.execute({"x": xs, "y": yb}),
-                        "ge2 fp16 weights": lambda: fp16_plan.execute({"x": xs, "y": yc}),
-                        "torch eager": lambda: block(xs),
-                    }
-                    if on_gpu:
-                        contenders["torch cuda graph"] = cuda_graphed(block, xs)
-                    med = time_contenders(contenders, args.groups, 10 if on_gpu else 1, args.device)
-                best = min(med["ge2 e4m3 weights"], med["ge2 e4m3 weights replay"])
-                row = {"block": kind, "tokens": tokens, "hidden": args.hidden, "inter": inter, "us": med,
-                       "e4m3_best_over": {k: v / best for k, v in med.items()},
-                       "rel_error_vs_fp32": errors, "kernels": kernels}
-                rows.append(row)
-                print(f"{kind} I={inter} tokens {tokens:4d}: " + "  ".join(f"{k} {v:7.1f}" for k, v in med.items())
-                      + " us  " + "  ".join(f"{k}/e4m3 {v:.2f}" for k, v in row["e4m3_best_over"].items()
-                                           if not k.startswith("ge2 e4m3"))
-                      + "  errors " + " ".join(f"{k} {v:.2e}" for k, v in errors.items()) + f"  {kernels}",
-                      flush=True)
-                del e4m3_plan, e4m3_replay, fp16_plan
+                    per_element = scales[:, None]
+                given[name] = (codes.view(torch.uint8), scales)
+                module.weight.copy_((codes.float() * per_element).to(dtype))  # what every peer reads
+        reference = torch_block(kind, args.hidden, inter, torch.float32, device=args.device)[0]
+        reference.load_state_dict({k: v.float() for k, v in block.state_dict().items()})
+        for tokens in args.tokens:
+            e4m3_plan = ge2_graph(kind, modules, given, tokens, args.hidden, dtype_name, block_size).compile(ctx)
+            e4m3_replay = ge2_graph(kind, modules, given, tokens, args.hidden, dtype_name, block_size).compile(
+                ctx, graph_replay=True)
+            fp16_plan = ge2_graph(kind, modules, None, tokens, args.hidden, dtype_name).compile(ctx)
+            kernels = [s["kernel"]["name"] for s in e4m3_plan.describe()["steps"] if "selection" in s]
+            xs = torch.randn(tokens, args.hidden, device=args.device, dtype=dtype)
+            ya, yb, yc = (torch.empty_like(xs) for _ in range(3))
+            with torch.no_grad():
+                want = reference(xs.float())
+                e4m3_plan.execute({"x": xs, "y": ya})
+                e4m3_replay.execute({"x": xs, "y": yb})
+                fp16_plan.execute({"x": xs, "y": yc})
+                if on_gpu:
+                    torch.cuda.synchronize()
+                errors = {"ge2 e4m3 weights": rel(ya, want), "ge2 e4m3 weights replay": rel(yb, want),
+                          "ge2 fp16 weights": rel(yc, want), "torch eager": rel(block(xs), want)}
+                contenders = {
+                    "ge2 e4m3 weights": lambda: e4m3_plan.execute({"x": xs, "y": ya}),
+                    "ge2 e4m3 weights replay": lambda: e4m3_replay.execute({"x": xs, "y": yb}),
+                    "ge2 fp16 weights": lambda: fp16_plan.execute({"x": xs, "y": yc}),
+                    "torch eager": lambda: block(xs),
+                }
+                if on_gpu:
+                    contenders["torch cuda graph"] = cuda_graphed(block, xs)
+                med = time_contenders(contenders, args.groups, 10 if on_gpu else 1, args.device)
+            best = min(med["ge2 e4m3 weights"], med["ge2 e4m3 weights replay"])
+            row = {"block": kind, "scales": scaling if not block_size else f"block {block_size}", "tokens": tokens, "hidden": args.hidden, "inter": inter, "us": med,
+                   "e4m3_best_over": {k: v / best for k, v in med.items()},
+                   "rel_error_vs_fp32": errors, "kernels": kernels}
+            rows.append(row)
+            print(f"{kind} {row['scales']} I={inter} tokens {tokens:4d}: " + "  ".join(f"{k} {v:7.1f}" for k, v in med.items())
+                  + " us  " + "  ".join(f"{k}/e4m3 {v:.2f}" for k, v in row["e4m3_best_over"].items()
+                                       if not k.startswith("ge2 e4m3"))
+                  + "  errors " + " ".join(f"{k} {v:.2e}" for k, v in errors.items()) + f"  {kernels}",
+                  flush=True)
+            del e4m3_plan, e4m3_replay, fp16_plan
     write_results(args, "fp8_checkpoint", {"rows": rows}, None if on_gpu else "cpu")
 
 
