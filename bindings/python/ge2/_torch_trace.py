@@ -39,7 +39,22 @@ class Recipe:
         self.min_rank = 1  # of the output: a parameter [1, w] added to a value makes it at least 2
 
 
-_SUPPORTED = ("nn.Linear, nn.ReLU, nn.GELU, nn.SiLU, nn.Identity, nn.Dropout (eval), F.linear, F.relu, F.gelu, "
+class QuantizedWeight:
+    """A weight an FP8 module holds as e4m3 codes with scales (the checkpoint's own numbers),
+    built into the graph as a quantized constant: codes [out, in] (uint8 on the host), scales
+    (float32 on the host), and `block` (rows, cols) for one scale per block, else `axis` (None:
+    one scale; 0: one per output channel)."""
+
+    def __init__(self, codes: Tensor, scales: Tensor, block: Optional[tuple], axis: Optional[int]):
+        self.codes, self.scales, self.block, self.axis = codes, scales, block, axis
+        self.shape = codes.shape
+
+    def dim(self) -> int:
+        return 2
+
+
+_SUPPORTED = ("nn.Linear, FP8 linear modules (e4m3 weight with weight_scale_inv or weight_scale: one scale, "
+              "one per output channel, or one per block_size block), nn.ReLU, nn.GELU, nn.SiLU, nn.Identity, nn.Dropout (eval), F.linear, F.relu, F.gelu, "
               "F.silu, .relu(), +, - or * (.add, .sub, .mul, also in place) between two values of one shape, "
               "v + c, c * v, v - c, v / c with a number c, + or * with a parameter or buffer of one element or [..., w] (LayerScale), "
               "x @ w, torch.matmul and torch.mm with a 2-D parameter w (or w.T, w.t()), chunk / split / [..., a:b] "
@@ -224,6 +239,42 @@ def _probed_linear(m: torch.nn.Module) -> Optional[tuple]:
     return (weight if found[0] else weight.t()).detach().contiguous(), bias
 
 
+def _fp8_linear(m: torch.nn.Module) -> Optional[tuple]:
+    """(QuantizedWeight, bias) for an FP8 linear module (Hugging Face's FP8Linear of DeepSeek-V3 /
+    Qwen3 FP8 checkpoints: an e4m3 `weight` [out, in] with `weight_scale_inv` per `block_size`
+    block; fbgemm's and compressed-tensors' with `weight_scale` per output channel or tensor; each
+    dequantizes as weight * scale), read from its tensors without running it; None for a module
+    whose weight is not e4m3. Raises ge2.InvalidArgumentError for an e4m3 weight whose scales
+    ge2 cannot place. What ge2 computes is x @ (weight * scale).T + bias with x as given: such
+    modules may quantize x too (W8A8), so the two differ by that rounding."""
+    f = "ge2.torch.convert"
+    weight = getattr(m, "weight", None)
+    if not isinstance(weight, Tensor) or weight.dtype != getattr(torch, "float8_e4m3fn", None):
+        return None
+    out, inp = weight.shape if weight.dim() == 2 else (0, 0)
+    scale_name = next((n for n in ("weight_scale_inv", "weight_scale") if isinstance(getattr(m, n, None), Tensor)),
+                      None)
+    bias = getattr(m, "bias", None)
+    if weight.dim() != 2 or scale_name is None or (bias is not None and tuple(bias.shape) != (out,)):
+        raise invalid(f, f"module {type(m).__name__} has an e4m3 weight of shape {tuple(weight.shape)} without "
+                         f"what ge2 reads with it (a 2-D weight, weight_scale_inv or weight_scale, a bias [out])")
+    scale = getattr(m, scale_name).detach().to("cpu", torch.float32).contiguous()
+    block = getattr(m, "block_size", None)
+    codes = weight.detach().to("cpu").contiguous().view(torch.uint8)
+    if scale.numel() == 1:
+        q = QuantizedWeight(codes, scale.reshape(1), None, None)
+    elif tuple(scale.shape) in ((out,), (out, 1)):
+        q = QuantizedWeight(codes, scale.reshape(-1), None, 0)
+    elif block is not None and len(block) == 2 and scale.dim() == 2 and \
+            tuple(scale.shape) == (-(-out // int(block[0])), -(-inp // int(block[1]))):
+        q = QuantizedWeight(codes, scale, (int(block[0]), int(block[1])), None)
+    else:
+        raise invalid(f, f"module {type(m).__name__}: {scale_name} of shape {tuple(scale.shape)} (block_size "
+                         f"{block}) is not one scale, one per output channel ({out}) nor one per block of "
+                         f"the weight [{out}, {inp}]")
+    return q, None if bias is None else bias.detach()
+
+
 # Recipe steps (kind, fx node name, output slot, *args):
 #   ("linear", _, out, src, weight constant, bias constant or None)
 #   ("act", _, out, src, activation name)
@@ -283,7 +334,9 @@ def _refuse_hooks(module: torch.nn.Module) -> None:
                                                f"them or write what they do into the module")
 
 
-def trace(module: torch.nn.Module) -> Recipe:
+def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recipe:
+    """The recipe of `module`; `dtype`: the one it computes in when all its weights are e4m3 (FP8
+    modules; else their parameters' dtype, which it must then equal)."""
     import torch.fx
 
     _refuse_hooks(module)
@@ -294,7 +347,10 @@ def trace(module: torch.nn.Module) -> Recipe:
     plain = torch.fx.Tracer()
     recognized = {}
     for path, m in module.named_modules():
-        if path and not plain.is_leaf_module(m, path):
+        fp8 = _fp8_linear(m) if path else None  # read, never run: its forward may need a GPU kernel
+        if fp8 is not None:
+            recognized[path] = ("linear", *fp8)
+        elif path and not plain.is_leaf_module(m, path):
             try:
                 act = _probed_activation(m)
                 linear = None if act is not None else _probed_linear(m)
@@ -341,7 +397,7 @@ def trace(module: torch.nn.Module) -> Recipe:
         while name in r.constants:
             n += 1
             name = f"{base}_{n}"
-        r.constants[name] = tensor.detach().to("cpu", copy=True)
+        r.constants[name] = tensor if isinstance(tensor, QuantizedWeight) else tensor.detach().to("cpu", copy=True)
         taken[id(tensor)] = (name, tensor)
         return name
 
@@ -518,6 +574,8 @@ def trace(module: torch.nn.Module) -> Recipe:
         """A linear step computing columns [start, stop) of the linear output `src`: its weight's
         rows and bias's entries in that range (Phi-3's fused gate_up_proj, cut by chunk)."""
         _, _, _, x, weight, bias = r.steps[producer[src]]
+        if isinstance(r.constants[weight], QuantizedWeight):
+            raise _refused("a piece of an FP8 layer's output (its e4m3 weight cut by rows)", node)
         cut.add(src)
         names = [None if name is None else constant(f"{name}_{start}_{stop}", r.constants[name][start:stop])
                  for name in (weight, bias)]
@@ -728,10 +786,15 @@ def trace(module: torch.nn.Module) -> Recipe:
     r.in_features = r.input_features[0]
     if r.output is None or r.output in dict(r.inputs) or not r.steps:
         raise invalid("ge2.torch.convert", "the module computes nothing ge2 can run from its input")
-    dtypes = {t.dtype for t in r.constants.values()}
+    dtypes = {t.dtype for t in r.constants.values() if not isinstance(t, QuantizedWeight)}
+    if dtype is not None:
+        dtypes.add(dtype)
+    elif not dtypes:  # FP8 weights only: their checkpoints compute in bfloat16
+        dtypes = {torch.bfloat16}
     if len(dtypes) != 1 or next(iter(dtypes)) not in _DTYPE_CODES:
-        raise invalid("ge2.torch.convert", f"the module's parameters have dtypes {sorted(map(str, dtypes))}; "
-                                           f"ge2 needs one of float16, bfloat16, float32 for all")
+        raise invalid("ge2.torch.convert", f"the module's parameters (and dtype) have dtypes "
+                                           f"{sorted(map(str, dtypes))}; ge2 needs one of float16, bfloat16, "
+                                           f"float32 for all (FP8 weights excepted)")
     r.dtype = next(iter(dtypes))
     return r
 
@@ -743,7 +806,12 @@ def build_graph(r: Recipe, tokens: int, dtype: str, dynamic: bool) -> ge2.Graph:
 
     def const(name):
         if name not in consts:
-            consts[name] = g.constant(name, r.constants[name].contiguous())
+            t = r.constants[name]
+            if isinstance(t, QuantizedWeight):
+                consts[name] = g.quantized_constant(name, t.codes, t.scales.numpy(), scale_axis=t.axis, dtype=dtype,
+                                                    block=t.block)
+            else:
+                consts[name] = g.constant(name, t.contiguous())
         return consts[name]
 
     for kind, _, out, *args in r.steps:

@@ -543,7 +543,7 @@ class Ge2Module(torch.nn.Module):
 
 def convert(module: torch.nn.Module, *, tune: str = "cached", graph_replay: bool = False, fuse: bool = True,
             allow_tf32: bool = False, dynamic: bool = True, max_tokens: int = 64, max_plans: int = 8,
-            allow_fp8: bool = False, fp8_max_error: float = 0.1) -> Ge2Module:
+            allow_fp8: bool = False, fp8_max_error: float = 0.1, dtype: torch.dtype | None = None) -> Ge2Module:
     """An nn.Module computing what `module` computes, through ge2: `module` is traced with torch.fx
     (nn.Sequential, an FFN block's forward with residual adds, the gated form
     `down(act(gate(x)) * up(x))`, Phi-3's one gate_up_proj cut by `chunk`, activations written out
@@ -555,8 +555,13 @@ def convert(module: torch.nn.Module, *, tune: str = "cached", graph_replay: bool
     e4m3 GEMMs where faster, each kept only within its measured error, docs/fp8.md). dynamic: one plan per device runs every
     token count (its intermediates sized for a bound of at least max_tokens, doubled when a larger
     count comes; kernels chosen per bucket of counts, see ge2_plan_execute_dynamic); False: one
-    plan per token count, the max_plans most recent kept. Raises ge2.InvalidArgumentError naming
-    the first layer or function ge2 cannot run."""
+    plan per token count, the max_plans most recent kept. FP8 linear modules (an e4m3 weight with
+    weight_scale_inv per block_size block, as Hugging Face's FP8Linear of DeepSeek-V3 / Qwen3 FP8
+    checkpoints, or weight_scale per output channel or tensor) are read as quantized constants, the
+    codes and scales as stored (Graph.quantized_constant), and x is not quantized; dtype: what the
+    module computes in when all its weights are e4m3 (default bfloat16), else its parameters'
+    (dtype must then equal it). Raises ge2.InvalidArgumentError naming the first layer or function
+    ge2 cannot run."""
     f = "ge2.torch.convert"
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"{f}: argument 'module' is a {type(module).__name__}, not a torch.nn.Module")
@@ -564,5 +569,7 @@ def convert(module: torch.nn.Module, *, tune: str = "cached", graph_replay: bool
     max_plans = ge2._checks.integer(max_plans, "max_plans", f, 1, 1 << 16)
     max_tokens = ge2._checks.integer(max_tokens, "max_tokens", f, 1, 1 << 31)
     fp8_max_error = ge2._checks.real(fp8_max_error, "fp8_max_error", f)
-    return Ge2Module(trace(module), type(module).__name__, tune, bool(graph_replay), bool(fuse), bool(allow_tf32),
+    if dtype is not None and dtype not in _DTYPE_CODES:
+        raise invalid(f, f"argument 'dtype' = {dtype} is not float16, bfloat16 or float32")
+    return Ge2Module(trace(module, dtype), type(module).__name__, tune, bool(graph_replay), bool(fuse), bool(allow_tf32),
                      max_plans, bool(dynamic), max_tokens, bool(allow_fp8), fp8_max_error)

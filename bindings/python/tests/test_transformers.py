@@ -99,3 +99,52 @@ def test_transformers_modules_ge2_cannot_run_are_refused(name):
     spec, message = REFUSED[name]
     with pytest.raises(ge2.InvalidArgumentError, match=message):
         gt.convert(build(spec, torch.float32))
+
+
+def test_hf_fp8linear_mlp_reads_the_checkpoint_numbers():
+    """transformers' own FP8Linear (DeepSeek-V3 / Qwen3 FP8 checkpoints: e4m3 weights, a scale per
+    128 x 128 block in weight_scale_inv) in a Qwen3-style MLP: ge2 reads the codes and scales as
+    stored and, keeping x in 16 bits, is as close to fp64 on weight * scale as bfloat16 allows;
+    the module's own forward (Triton, x quantized per 128 elements too: W8A8) is within its FP8
+    bound of the same reference, which shows both read the attributes alike."""
+    if not torch.cuda.is_available():
+        pytest.skip("SKIPPED: transformers' FP8Linear runs its forward with Triton on a GPU")
+    try:
+        from transformers.integrations.finegrained_fp8 import FP8Linear
+    except Exception as e:  # no Triton, or a version without the class
+        pytest.skip(f"SKIPPED: transformers' FP8Linear is not importable here ({type(e).__name__}: {e})")
+    import torch.nn.functional as F
+
+    class Mlp(torch.nn.Module):
+        def __init__(self, d, h):
+            super().__init__()
+            self.gate_proj, self.up_proj = (FP8Linear(d, h, block_size=(128, 128), device="cuda") for _ in range(2))
+            self.down_proj = FP8Linear(h, d, block_size=(128, 128), device="cuda")
+
+        def forward(self, x):
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    d, h = 512, 1408  # 11 blocks of 128 along the intermediate size
+    module = Mlp(d, h)
+    dequantized = {}
+    with torch.no_grad():
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            layer = getattr(module, name)
+            layer.weight.copy_((torch.randn_like(layer.weight, dtype=torch.float32) * 64).clamp(-448, 448)
+                               .to(torch.float8_e4m3fn))
+            layer.weight_scale_inv.copy_((torch.rand_like(layer.weight_scale_inv) * 3.75 + 0.25)
+                                         / (64 * layer.in_features ** 0.5))
+            s = layer.weight_scale_inv.double().repeat_interleave(128, 0).repeat_interleave(128, 1)
+            dequantized[name] = layer.weight.double() * s[:layer.out_features, :layer.in_features]
+    x = torch.randn(8, d, device="cuda", dtype=torch.bfloat16)
+    xd = x.double()
+    want = (F.silu(xd @ dequantized["gate_proj"].T) * (xd @ dequantized["up_proj"].T)) @ dequantized["down_proj"].T
+    converted = gt.convert(module, dynamic=False)  # all weights e4m3: bfloat16, the checkpoints' dtype
+    with torch.no_grad():
+        got = converted(x)
+        own = module(x)
+    assert rel_error(got, want) <= 2e-2
+    assert rel_error(own, want) <= 0.1
+    plan = next(iter(converted._plans.values()))
+    kernels = [s["kernel"]["name"] for s in plan.describe()["steps"] if "selection" in s]
+    assert kernels and all(k == "cuda_skinny_fp8w" for k in kernels), kernels
