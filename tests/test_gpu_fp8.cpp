@@ -59,6 +59,34 @@ void check_forced_layer(ge2_context_t* context, DeviceMemory& memory, const Fp8L
   CHECK(errors.vs_fp64 <= kFp8Bound);
 }
 
+// Compiles the layer's graph with `options`, executes it twice (graph replay: capture,
+// then replay) on its first `rows` rows, and returns the relative error of those rows
+// against fp64 with the plan's text.
+std::pair<double, std::string> run_quantized_layer(ge2_context_t* context, DeviceMemory& memory,
+                                                   const QuantizedLayer& layer,
+                                                   const ge2_compile_options_t* options,
+                                                   std::int64_t rows) {
+  GraphPtr graph = quantized_layer_graph(layer);
+  ge2_plan_t* raw = nullptr;
+  GE2_CHECK(ge2_plan_compile(context, graph.get(), options, &raw));
+  PlanPtr plan(raw);
+  const std::int64_t n = layer.bias.shape[0];
+  HostTensor x = layer.x, y = make_tensor(layer.dtype, {layer.m, n});
+  poison(y);
+  void* dx = memory.upload(x);
+  void* dy = memory.upload(y);
+  const ge2_binding_t bindings[] = {{"x", dx}, {"y", dy}};
+  for (int repeat = 0; repeat < 2; ++repeat)
+    GE2_CHECK(layer.dynamic ? ge2_plan_execute_dynamic(plan.get(), rows, bindings, 2, nullptr)
+                            : ge2_plan_execute(plan.get(), bindings, 2, nullptr));
+  memory.download(dy, y);
+  HostTensor head = make_tensor(layer.dtype, {rows, n});
+  std::copy_n(y.bytes.begin(), head.bytes.size(), head.bytes.begin());
+  const char* text = nullptr;
+  GE2_CHECK(ge2_plan_describe(plan.get(), &text));
+  return {relative_error(head, layer.reference(rows)), std::string(text)};
+}
+
 }  // namespace
 
 TEST_CASE("gpu fp8: lt_fp8_e4m3 layers against fp64 and the e4m3 oracle") {
@@ -255,24 +283,7 @@ TEST_CASE("gpu fp8: weights given in e4m3 run cuda_skinny_fp8w without allow_fp8
   const std::int64_t n = 1536, k = 2048;
   auto run = [&](const QuantizedLayer& layer, const ge2_compile_options_t* options,
                  std::int64_t rows) {
-    GraphPtr graph = quantized_layer_graph(layer);
-    ge2_plan_t* raw = nullptr;
-    GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), options, &raw));
-    PlanPtr plan(raw);
-    HostTensor x = layer.x, y = make_tensor(layer.dtype, {layer.m, n});
-    poison(y);
-    void* dx = memory.upload(x);
-    void* dy = memory.upload(y);
-    const ge2_binding_t bindings[] = {{"x", dx}, {"y", dy}};
-    for (int repeat = 0; repeat < 2; ++repeat)  // graph replay: capture, then replay
-      GE2_CHECK(layer.dynamic ? ge2_plan_execute_dynamic(plan.get(), rows, bindings, 2, nullptr)
-                              : ge2_plan_execute(plan.get(), bindings, 2, nullptr));
-    memory.download(dy, y);
-    HostTensor head = make_tensor(layer.dtype, {rows, n});
-    std::copy_n(y.bytes.begin(), head.bytes.size(), head.bytes.begin());
-    const char* text = nullptr;
-    GE2_CHECK(ge2_plan_describe(plan.get(), &text));
-    return std::pair{relative_error(head, layer.reference(rows)), std::string(text)};
+    return run_quantized_layer(context.get(), memory, layer, options, rows);
   };
   for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
     for (bool trans_b : {true, false})
@@ -346,20 +357,7 @@ TEST_CASE("gpu fp8: weights given with block scales run cuda_skinny_fp8w, each b
   DeviceMemory memory;
   const std::int64_t n = 2000, k = 2112;  // 15.6 blocks of 128 along N, 16.5 along K
   auto run = [&](const QuantizedLayer& layer) {
-    GraphPtr graph = quantized_layer_graph(layer);
-    ge2_plan_t* raw = nullptr;
-    GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), nullptr, &raw));
-    PlanPtr plan(raw);
-    HostTensor x = layer.x, y = make_tensor(layer.dtype, {layer.m, n});
-    poison(y);
-    void* dx = memory.upload(x);
-    void* dy = memory.upload(y);
-    const ge2_binding_t bindings[] = {{"x", dx}, {"y", dy}};
-    GE2_CHECK(ge2_plan_execute(plan.get(), bindings, 2, nullptr));
-    memory.download(dy, y);
-    const char* text = nullptr;
-    GE2_CHECK(ge2_plan_describe(plan.get(), &text));
-    return std::pair{relative_error(y, layer.reference(layer.m)), std::string(text)};
+    return run_quantized_layer(context.get(), memory, layer, nullptr, layer.m);
   };
   struct Blocks {
     std::int64_t n, k;

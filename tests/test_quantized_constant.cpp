@@ -32,6 +32,27 @@ std::pair<HostTensor, nlohmann::json> run_layer(ge2_context_t* context, const ge
   return {y, nlohmann::json::parse(text)};
 }
 
+// The value the constant `w` of `graph` (rows x cols of `dtype`) holds, read back through
+// y = I w on the CPU backend.
+HostTensor stored_value(ge2_graph_t* graph, ge2_value_t w, ge2_dtype_t dtype, std::int64_t rows,
+                        std::int64_t cols) {
+  auto context = make_context(GE2_DEVICE_CPU);
+  const ge2_tensor_desc_t dx{dtype, 2, {rows, rows}, {}};
+  ge2_value_t vx, vy;
+  GE2_CHECK(ge2_graph_add_input(graph, "x", &dx, &vx));
+  GE2_CHECK(ge2_graph_add_gemm(graph, vx, w, GE2_NO_VALUE, nullptr, &vy));
+  GE2_CHECK(ge2_graph_mark_output(graph, vy, "y", nullptr));
+  ge2_plan_t* raw = nullptr;
+  GE2_CHECK(ge2_plan_compile(context.get(), graph, nullptr, &raw));
+  PlanPtr plan(raw);
+  HostTensor x = make_tensor(dtype, {rows, rows}), y = make_tensor(dtype, {rows, cols});
+  for (std::int64_t i = 0; i < rows * rows; ++i) x.set(i, i % (rows + 1) == 0 ? 1.0 : 0.0);
+  poison(y);
+  const ge2_binding_t bindings[] = {{"x", x.data()}, {"y", y.data()}};
+  GE2_CHECK(ge2_plan_execute(plan.get(), bindings, 2, nullptr));
+  return y;
+}
+
 // A call refused as GE2_ERROR_INVALID_ARGUMENT with `fragment` in its message.
 void expect_refused(ge2_status_t status, const char* fragment) {
   expect_refusal(status, GE2_ERROR_INVALID_ARGUMENT, fragment);
@@ -67,7 +88,6 @@ TEST_CASE("quantized constant: the graph reads e4m3 * scale, every dtype, layout
 TEST_CASE("quantized constant: the value is rounded once into its dtype, saturation codes kept") {
   // One code of each kind: zero, the smallest subnormal, 1, the largest finite (448),
   // negatives; the value is exactly what the dtype rounds e4m3 * scale to.
-  auto context = make_context(GE2_DEVICE_CPU);
   const std::uint8_t codes[] = {0x00, 0x01, 0x38, 0x7e, 0xb8, 0xfe, 0x80, 0x3f};
   const float scales[] = {0.1f, 3.0f};  // per row
   GraphPtr graph = make_graph();
@@ -75,20 +95,7 @@ TEST_CASE("quantized constant: the value is rounded once into its dtype, saturat
   ge2_value_t vw;
   GE2_CHECK(ge2_graph_add_quantized_constant(graph.get(), "w", &dw, GE2_DTYPE_F8_E4M3, codes,
                                              scales, 2, 0, &vw));
-  // y = I w: the plan returns the stored value itself.
-  const ge2_tensor_desc_t dx{GE2_DTYPE_F16, 2, {2, 2}, {}};
-  ge2_value_t vx, vy;
-  GE2_CHECK(ge2_graph_add_input(graph.get(), "x", &dx, &vx));
-  GE2_CHECK(ge2_graph_add_gemm(graph.get(), vx, vw, GE2_NO_VALUE, nullptr, &vy));
-  GE2_CHECK(ge2_graph_mark_output(graph.get(), vy, "y", nullptr));
-  ge2_plan_t* raw = nullptr;
-  GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), nullptr, &raw));
-  PlanPtr plan(raw);
-  HostTensor x = make_tensor(GE2_DTYPE_F16, {2, 2}), y = make_tensor(GE2_DTYPE_F16, {2, 4});
-  x.set(0, 1.0), x.set(1, 0.0), x.set(2, 0.0), x.set(3, 1.0);
-  poison(y);
-  const ge2_binding_t bindings[] = {{"x", x.data()}, {"y", y.data()}};
-  GE2_CHECK(ge2_plan_execute(plan.get(), bindings, 2, nullptr));
+  const HostTensor y = stored_value(graph.get(), vw, GE2_DTYPE_F16, 2, 4);
   for (int i = 0; i < 8; ++i) {
     CAPTURE(i);
     const float want = ge2::half_bits_to_float(
@@ -210,27 +217,15 @@ TEST_CASE("block quantized constant: each element is its code times its own bloc
   // A 3 x 5 matrix in blocks of 2 x 2: a 2 x 3 grid whose last row and column are
   // partial. y = I w returns the stored value, which must be exactly the dtype's
   // rounding of code * scale of the element's block.
-  auto context = make_context(GE2_DEVICE_CPU);
   const std::uint8_t codes[15] = {0x38, 0x40, 0x30, 0xb8, 0x7e, 0x01, 0x00, 0x3f,
                                   0x44, 0xc0, 0x39, 0x3a, 0xfe, 0x80, 0x48};
   const float scales[6] = {0.5f, 2.0f, 0.125f, 3.0f, 0.01f, 7.0f};
   GraphPtr graph = make_graph();
   const ge2_tensor_desc_t dw{GE2_DTYPE_F32, 2, {3, 5}, {}};
-  ge2_value_t vw, vx, vy;
+  ge2_value_t vw;
   GE2_CHECK(ge2_graph_add_block_quantized_constant(graph.get(), "w", &dw, GE2_DTYPE_F8_E4M3, codes,
                                                    scales, 6, 2, 2, &vw));
-  const ge2_tensor_desc_t dx{GE2_DTYPE_F32, 2, {3, 3}, {}};
-  GE2_CHECK(ge2_graph_add_input(graph.get(), "x", &dx, &vx));
-  GE2_CHECK(ge2_graph_add_gemm(graph.get(), vx, vw, GE2_NO_VALUE, nullptr, &vy));
-  GE2_CHECK(ge2_graph_mark_output(graph.get(), vy, "y", nullptr));
-  ge2_plan_t* raw = nullptr;
-  GE2_CHECK(ge2_plan_compile(context.get(), graph.get(), nullptr, &raw));
-  PlanPtr plan(raw);
-  HostTensor x = make_tensor(GE2_DTYPE_F32, {3, 3}), y = make_tensor(GE2_DTYPE_F32, {3, 5});
-  for (int i = 0; i < 9; ++i) x.set(i, i % 4 == 0 ? 1.0 : 0.0);
-  poison(y);
-  const ge2_binding_t bindings[] = {{"x", x.data()}, {"y", y.data()}};
-  GE2_CHECK(ge2_plan_execute(plan.get(), bindings, 2, nullptr));
+  const HostTensor y = stored_value(graph.get(), vw, GE2_DTYPE_F32, 3, 5);
   for (int i = 0; i < 3; ++i)
     for (int j = 0; j < 5; ++j) {
       CAPTURE(i);
