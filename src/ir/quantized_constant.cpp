@@ -57,8 +57,9 @@ Node make_quantized_constant(const QuantizedConstantArgs& args, const std::strin
     quantized->block_cols = args.scale_axis == 1 ? 1 : std::max<std::int64_t>(cols, 1);
   }
   const auto elements = static_cast<std::size_t>(rows * cols);
-  // The dequantized value and the given bytes both stay with the graph.
-  require_fits_in_host_memory(elements * (1 + dtype_size(value.dtype)),
+  // The dequantized value, the given bytes and scales all stay with the graph.
+  require_fits_in_host_memory(elements * (1 + dtype_size(value.dtype)) +
+                                  static_cast<std::size_t>(args.scale_count) * sizeof(float),
                               fmt::format("{}: constant '{}'", f, name).c_str());
   quantized->scales.assign(args.scales, args.scales + args.scale_count);
   for (std::size_t i = 0; i < quantized->scales.size(); ++i)

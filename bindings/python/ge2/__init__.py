@@ -274,6 +274,13 @@ class Graph:
                 block_rows, block_cols = block
             except (TypeError, ValueError):
                 raise TypeError(f"{f}: argument 'block' = {block!r} is not a pair (rows, cols)") from None
+            grid_shape = np.shape(scales)
+            if len(grid_shape) == 2 and all(isinstance(b, int) and b > 0 for b in (block_rows, block_cols)):
+                # A grid of the right count but another shape (transposed) would be read wrongly.
+                want = (-(-codes.shape[0] // block_rows), -(-codes.shape[1] // block_cols))
+                if tuple(grid_shape) != want:
+                    raise invalid(f, f"argument 'scales' has shape {tuple(grid_shape)}; blocks of {block_rows} x "
+                                     f"{block_cols} of data {tuple(codes.shape)} make a grid of {want}")
             _check(_lib.ge2_graph_add_block_quantized_constant(
                 self._handle, encoded, ctypes.byref(desc), _capi.DTYPE_F8_E4M3, codes.ctypes.data,
                 scale_pointer, scale_array.size, _checks.integer(block_rows, "block[0]", f),

@@ -146,4 +146,8 @@ def test_block_refusals_name_the_argument():
         g.quantized_constant("w", codes, [1.0, 2.0], block=4)
     with pytest.raises(TypeError, match=r"argument 'block\[1\]' = 4.0 is not an integer"):
         g.quantized_constant("w", codes, [1.0, 2.0], block=(4, 4.0))
+    with pytest.raises(ge2.InvalidArgumentError,
+                       match=r"argument 'scales' has shape \(2, 1\); blocks of 4 x 4 of data \(4, 8\) make a grid "
+                             r"of \(1, 2\)"):
+        g.quantized_constant("w", codes, np.ones((2, 1), dtype=np.float32), block=(4, 4))  # transposed
     g.quantized_constant("w", codes, np.ones((1, 2), dtype=np.float32), block=(4, 4))
