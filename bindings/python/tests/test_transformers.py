@@ -124,7 +124,10 @@ def test_hf_fp8linear_mlp_reads_the_checkpoint_numbers():
         def forward(self, x):
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
-    d, h = 512, 1408  # 11 blocks of 128 along the intermediate size
+    # 11 blocks of 128 along the intermediate size; every GEMM with columns enough for
+    # cuda_skinny_fp8w's grid (run 32d: with d = 512 the down projection's 32 column tiles
+    # gave half an H100 no block, and it ran lt_bf16 as the selector's rule says).
+    d, h = 1536, 1408
     module = Mlp(d, h)
     dequantized = {}
     with torch.no_grad():
