@@ -228,7 +228,7 @@ class Graph:
         scales: one float (scale_axis None) or one per row (scale_axis 0) or column (1). As an
         nn.Linear weight [out, in] read with trans_b=True and per-output-channel scales
         (scale_axis 0), CUDA plans run it at decode sizes on the weight-only FP8 kernel, reading
-        the bytes as given.
+        the bytes as given. scales may also be a torch tensor on any device (copied to the host).
         block=(rows, cols): one scale per block of that many rows and columns instead
         (ge2_graph_add_block_quantized_constant), scales the grid of ceil(rows / block rows) x
         ceil(cols / block cols) values in row-major order, as block-scaled checkpoints store
@@ -259,6 +259,8 @@ class Graph:
         if codes.ndim != 2:
             raise invalid(f, f"argument 'data' has {codes.ndim} dimensions; a quantized constant is a matrix")
         codes = np.ascontiguousarray(codes)
+        if type(scales).__module__.startswith("torch"):  # a checkpoint's scales, on any device: few floats
+            scales = scales.detach().float().cpu().numpy()
         try:
             scale_array = np.ascontiguousarray(np.asarray(scales, dtype=np.float32).reshape(-1))
         except (TypeError, ValueError):

@@ -151,3 +151,26 @@ def test_block_refusals_name_the_argument():
                              r"of \(1, 2\)"):
         g.quantized_constant("w", codes, np.ones((2, 1), dtype=np.float32), block=(4, 4))  # transposed
     g.quantized_constant("w", codes, np.ones((1, 2), dtype=np.float32), block=(4, 4))
+
+
+def test_torch_scales_and_codes_as_a_checkpoint_holds_them(cpu):
+    """weight (torch.float8_e4m3fn) and weight_scale_inv (a float32 tensor, bfloat16 in some
+    checkpoints) passed as they are, the grid 2-D."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("SKIPPED: this PyTorch has no torch.float8_e4m3fn")
+    rng = np.random.default_rng()
+    codes = random_codes(rng, (40, 72))
+    grid = (rng.uniform(0.25, 4.0, (2, 3)) / 100).astype(np.float32)
+    for scales in (torch.from_numpy(grid), torch.from_numpy(grid).to(torch.bfloat16)):
+        g = ge2.Graph()
+        x = g.input("x", (3, 72), "f32")
+        w = g.quantized_constant("w", torch.from_numpy(codes).view(torch.float8_e4m3fn), scales, dtype="f32",
+                                 block=(32, 32))
+        g.output(g.gemm(x, w, trans_b=True), "y")
+        xs = rng.uniform(-1, 1, (3, 72)).astype(np.float32)
+        y = np.full((3, 40), np.nan, dtype=np.float32)
+        g.compile(cpu).execute({"x": xs, "y": y})
+        given = scales.float().double().numpy()
+        weight = e4m3_decode(codes) * np.repeat(np.repeat(given, 32, 0), 32, 1)[:40, :72]
+        assert rel_error(y, reference(xs, weight, None, None, trans_b=True)) <= 1e-5
