@@ -835,6 +835,26 @@ TEST_CASE("weights given with block scales: the weight-only row reads the blocks
   }
   CHECK(narrow->prepared.empty());
 
+  // One dynamic plan to 64 tokens: buckets up to 16 rows read the blocks, the others the
+  // 16-bit value, which the plan therefore keeps.
+  auto dynamic = std::make_shared<RefusingBackend>(8);
+  dynamic->offered = backend->offered;
+  dynamic->refused = KernelId::CpuRef;
+  dynamic->prepared_only = true;
+  Built bound = build(64, 64);
+  bound.graph.node(0).type.dynamic = true;
+  const auto dynamic_text =
+      nlohmann::json::parse(compile_plan(dynamic, bound.graph, CompileOptions{})->description());
+  int e4m3_buckets = 0;
+  for (const auto& bucket : dynamic_text["dynamic"]["buckets"]) {
+    const bool decode = bucket["last"].get<std::int64_t>() <= 16;
+    e4m3_buckets += decode;
+    for (const auto& gemm : bucket["gemms"])
+      CHECK(gemm["kernel"] == (decode ? "cuda_skinny_fp8w" : "lt_f16"));
+  }
+  CHECK(e4m3_buckets == 5);  // 1, 2, 3-4, 5-8, 9-16
+  for (const auto& constant : dynamic_text["constants"]) CHECK_FALSE(constant.contains("released"));
+
   // Under allow_fp8 at 64 tokens the row-wise rows are not offered such a weight.
   auto wide = std::make_shared<RefusingBackend>(8);
   wide->offered = {KernelId::LtFp8E4M3, KernelId::LtF16, KernelId::CudaSkinnyFp8W};
