@@ -340,6 +340,8 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
     import torch.fx
 
     _refuse_hooks(module)
+    if _fp8_linear(module) is not None:  # one FP8 layer: read as a child, its forward never traced
+        module = torch.nn.Sequential(module)
 
     # Modules that are neither torch.nn's nor containers, recognized by evaluating them (before
     # tracing: a module called while fx traces would be traced): path -> ("act", name) or

@@ -111,6 +111,15 @@ def test_per_channel_and_per_tensor_fp8_layers_with_bias(scale_shape, name):
     assert rel_error(y, want) <= 1e-5
 
 
+def test_one_fp8_layer_converts_alone():
+    layer = FP8Linear(200, 300, bias=True)
+    converted = gt.convert(layer, dtype=torch.float32)
+    x = torch.randn(3, 200)
+    with torch.no_grad():
+        y = converted(x)
+    assert rel_error(y, x.double() @ layer.dequantized().T + layer.bias.double()) <= 1e-5
+
+
 def test_fp8_refusals_name_the_module_and_what_is_wrong():
     bad_scales = FP8Linear(200, 300, scale_shape=(3, 3))  # blocks of 128: the grid is 3 x 2
     with pytest.raises(ge2.InvalidArgumentError, match=r"weight_scale_inv of shape \(3, 3\) \(block_size "
