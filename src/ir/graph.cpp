@@ -18,7 +18,7 @@ std::int64_t QuantizedData::block(int axis) const {
 std::optional<std::vector<float>> QuantizedData::scales_along(int along) const {
   assert(along == 0 || along == 1);
   assert(static_cast<std::int64_t>(scales.size()) == grid_rows() * grid_cols());
-  if ((along == 0 ? grid_cols() : grid_rows()) != 1) return std::nullopt;
+  if (varies_along(1 - along)) return std::nullopt;
   const std::int64_t extent = along == 0 ? rows : cols;
   std::vector<float> each(static_cast<std::size_t>(extent));
   for (std::int64_t i = 0; i < extent; ++i)

@@ -60,6 +60,8 @@ struct QuantizedData {
   }
   // The block's extent along `axis` (0: rows, 1: columns), at most the matrix's.
   std::int64_t block(int axis) const;
+  // Whether the scales differ from one block to the next along `axis`.
+  bool varies_along(int axis) const { return (axis == 0 ? grid_rows() : grid_cols()) > 1; }
   // One scale per index along `along` (0: rows, 1: columns); nullopt when the
   // scales vary along the other axis.
   std::optional<std::vector<float>> scales_along(int along) const;

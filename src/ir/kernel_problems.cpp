@@ -74,7 +74,7 @@ GemmProblem make_gemm_problem(const Graph& graph, ValueId d,
   if (const QuantizedData* q = b_node.quantized.get(); q && q->storage == DType::F8E4M3) {
     p.b_e4m3 = true;
     const int n_axis = p.trans_b ? 0 : 1;  // B is [N, K] with trans_b, else [K, N]
-    if ((n_axis == 0 ? q->grid_cols() : q->grid_rows()) > 1) {  // the scales vary along K
+    if (q->varies_along(1 - n_axis)) {     // along K
       p.b_scale_block_n = q->block(n_axis);
       p.b_scale_block_k = q->block(1 - n_axis);
     }

@@ -266,7 +266,7 @@ std::int64_t fp8_weight_scale_count(const GemmProblem& problem) {
 
 std::size_t fp8_weight_bytes(const GemmProblem& problem) {
   return fp8_scales_bytes(fp8_weight_scale_count(problem)) +
-         (fp8_operand_bytes(problem.n, problem.k) - fp8_scales_bytes(problem.n));
+         round_up_256(static_cast<double>(problem.n) * problem.k);
 }
 
 GemmProblem with_rows(const GemmProblem& problem, std::int64_t rows) {
