@@ -7,6 +7,10 @@ one process on the same tensors:
                      tokens cuda_skinny_fp8w reads one byte per weight
   ge2 fp16 weights   the same block with the weights dequantized to fp16 by the caller
                      (Graph.constant): what a user without quantized constants runs
+  ge2 e4m3 allow_fp8 (--allow-fp8) the e4m3 weights under the FP8 precision policy: from 17
+                     tokens lt_fp8_e4m3 quantizes x (per row, or per row and 128 k beside
+                     128 x 128 block scales: cuBLASLt's block-scale mode) where the model
+                     and the accuracy gate keep it
   torch eager / torch cuda graph   nn.Linear modules holding the dequantized fp16 weights
 
   blocks: gelu   y = x + fc2(gelu(fc1(x)))           (bias, exact-erf GELU)
@@ -18,6 +22,7 @@ Frobenius distance to the block in fp32 on the dequantized weights.
 
     python3 bench/fp8_checkpoint.py --out DIR [--hidden 4096] [--inter 11008]
         [--tokens 1 4 8 16 64] [--blocks gelu swiglu] [--scales channel block] [--block-size 128]
+        [--allow-fp8]
 
 --device cpu runs the same blocks on ge2's CPU backend and PyTorch's CPU eager in f32 with
 wall-clock timing and no graph contenders: a check of this script (bindings/python/tests), not
@@ -104,6 +109,8 @@ def main():
     parser.add_argument("--scales", nargs="+", choices=["channel", "block"], default=["channel"])
     parser.add_argument("--block-size", type=int, default=128)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--allow-fp8", action="store_true",
+                        help="also the e4m3 weights compiled with allow_fp8 (W8A8 at prefill sizes)")
     args = parser.parse_args()
     import torch  # after argparse: --help works without torch
 
@@ -135,13 +142,22 @@ def main():
                 ctx, graph_replay=True)
             fp16_plan = ge2_graph(kind, modules, None, tokens, args.hidden, dtype_name).compile(ctx)
             kernels = [s["kernel"]["name"] for s in e4m3_plan.describe()["steps"] if "selection" in s]
+            fp8_plan = None
+            if args.allow_fp8:
+                fp8_plan = ge2_graph(kind, modules, given, tokens, args.hidden, dtype_name, block_size).compile(
+                    ctx, allow_fp8=True)
+                kernels = {"default": kernels,
+                           "allow_fp8": [s["kernel"]["name"] for s in fp8_plan.describe()["steps"]
+                                         if "selection" in s]}
             xs = torch.randn(tokens, args.hidden, device=args.device, dtype=dtype)
-            ya, yb, yc = (torch.empty_like(xs) for _ in range(3))
+            ya, yb, yc, yd = (torch.empty_like(xs) for _ in range(4))
             with torch.no_grad():
                 want = reference(xs.float())
                 e4m3_plan.execute({"x": xs, "y": ya})
                 e4m3_replay.execute({"x": xs, "y": yb})
                 fp16_plan.execute({"x": xs, "y": yc})
+                if fp8_plan is not None:
+                    fp8_plan.execute({"x": xs, "y": yd})
                 if on_gpu:
                     torch.cuda.synchronize()
                 errors = {"ge2 e4m3 weights": rel(ya, want), "ge2 e4m3 weights replay": rel(yb, want),
@@ -152,6 +168,9 @@ def main():
                     "ge2 fp16 weights": lambda: fp16_plan.execute({"x": xs, "y": yc}),
                     "torch eager": lambda: block(xs),
                 }
+                if fp8_plan is not None:
+                    errors["ge2 e4m3 allow_fp8"] = rel(yd, want)
+                    contenders["ge2 e4m3 allow_fp8"] = lambda: fp8_plan.execute({"x": xs, "y": yd})
                 if on_gpu:
                     contenders["torch cuda graph"] = cuda_graphed(block, xs)
                 med = time_contenders(contenders, args.groups, 10 if on_gpu else 1, args.device)
@@ -165,7 +184,7 @@ def main():
                                        if not k.startswith("ge2 e4m3"))
                   + "  errors " + " ".join(f"{k} {v:.2e}" for k, v in errors.items()) + f"  {kernels}",
                   flush=True)
-            del e4m3_plan, e4m3_replay, fp16_plan
+            del e4m3_plan, e4m3_replay, fp16_plan, fp8_plan
     write_results(args, "fp8_checkpoint", {"rows": rows}, None if on_gpu else "cpu")
 
 

@@ -61,11 +61,13 @@ void check_forced_layer(ge2_context_t* context, DeviceMemory& memory, const Fp8L
 
 // Compiles the layer's graph with `options`, executes it twice (graph replay: capture,
 // then replay) on its first `rows` rows, and returns the relative error of those rows
-// against fp64 with the plan's text.
+// against fp64 with the plan's text; with `vs_block_fp8`, also their error against
+// fp64 on x rounded per row and 128 k (QuantizedLayer::block_fp8_reference).
 std::pair<double, std::string> run_quantized_layer(ge2_context_t* context, DeviceMemory& memory,
                                                    const QuantizedLayer& layer,
                                                    const ge2_compile_options_t* options,
-                                                   std::int64_t rows) {
+                                                   std::int64_t rows,
+                                                   double* vs_block_fp8 = nullptr) {
   GraphPtr graph = quantized_layer_graph(layer);
   ge2_plan_t* raw = nullptr;
   GE2_CHECK(ge2_plan_compile(context, graph.get(), options, &raw));
@@ -84,6 +86,7 @@ std::pair<double, std::string> run_quantized_layer(ge2_context_t* context, Devic
   std::copy_n(y.bytes.begin(), head.bytes.size(), head.bytes.begin());
   const char* text = nullptr;
   GE2_CHECK(ge2_plan_describe(plan.get(), &text));
+  if (vs_block_fp8) *vs_block_fp8 = relative_error(head, layer.block_fp8_reference(rows, false));
   return {relative_error(head, layer.reference(rows)), std::string(text)};
 }
 
@@ -385,6 +388,49 @@ TEST_CASE("gpu fp8: weights given with block scales run cuda_skinny_fp8w, each b
     CHECK(chosen_kernel(text) != "cuda_skinny_fp8w");
     CHECK(text.find("it takes blocks of 64 times a power of two along K") != std::string::npos);
     CHECK(error <= 2e-3);
+  }
+}
+#endif  // GE2_TEST_WITH_CUDA
+
+#ifdef GE2_TEST_WITH_CUDA
+TEST_CASE("gpu fp8: weights given in 128x128 blocks run lt_fp8_e4m3 in the block-scale mode") {
+  // Under allow_fp8, prefill sizes of a DeepSeek-style checkpoint: x quantized per row
+  // and 128 k, the weight's given codes and 128 x 128 scales, cuBLASLt's block-scale
+  // mode (VEC128_32F / BLK128x128_32F). M not a multiple of 4 (A's scale rows are
+  // padded), N and K ending inside a block (the weight's K blocks padded), both
+  // layouts and dtypes, erf GELU after the GEMM; against fp64 on the rounded x and
+  // the given weight (the dtype's bound) and against fp64 (FP8's).
+  if (skip_without_fp8()) return;
+  auto context = make_context(GE2_DEVICE_CUDA);
+  DeviceMemory memory;
+  ge2_compile_options_t options;
+  GE2_CHECK(ge2_compile_options_init(&options));
+  options.allow_fp8 = 1;
+  options.force_kernel = "lt_fp8_e4m3";
+  const std::int64_t n = 2000, k = 2112;
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
+    for (bool trans_b : {true, false})
+      for (std::int64_t m : {17, 64, 301}) {
+        INFO("dtype ", dtype, " trans_b ", trans_b, " m ", m);
+        QuantizedLayer layer = make_block_quantized_layer(dtype, m, n, k, trans_b, 128, 128);
+        double vs_oracle = 1.0;
+        const auto [error, text] =
+            run_quantized_layer(context.get(), memory, layer, &options, m, &vs_oracle);
+        CHECK(chosen_kernel(text) == "lt_fp8_e4m3");
+        CHECK(text.find("BLK128x128_32F") != std::string::npos);
+        CHECK(vs_oracle <= tolerance(dtype));
+        CHECK(error <= kFp8Bound);
+      }
+  // A dynamic plan: every row count through one plan, each its own step list.
+  QuantizedLayer layer = make_block_quantized_layer(GE2_DTYPE_BF16, 300, n, k, true, 128, 128);
+  layer.dynamic = true;
+  for (std::int64_t rows : {1, 5, 129, 300}) {
+    INFO("dynamic rows ", rows);
+    double vs_oracle = 1.0;
+    const auto [error, text] =
+        run_quantized_layer(context.get(), memory, layer, &options, rows, &vs_oracle);
+    CHECK(vs_oracle <= tolerance(GE2_DTYPE_BF16));
+    CHECK(error <= kFp8Bound);
   }
 }
 #endif  // GE2_TEST_WITH_CUDA

@@ -770,13 +770,13 @@ TEST_CASE("weights given with block scales: the weight-only row reads the blocks
     Graph graph;
     std::vector<float> wg_scales, wu_scales, w2_scales;
   };
-  auto build = [&](std::int64_t tokens, std::int64_t block_k) {
+  auto build = [&](std::int64_t tokens, std::int64_t block_k, std::int64_t block_n = 64) {
     Built b;
     const ValueId vx =
         test::add_input(b.graph, "x", TensorType::dense(DType::F16, 2, {tokens, hidden, 0}));
-    const auto wg = block_constant(b.graph, "wg", inter, hidden, 64, block_k);
-    const auto wu = block_constant(b.graph, "wu", inter, hidden, 64, block_k);
-    const auto w2 = block_constant(b.graph, "w2", hidden, inter, 64, block_k);
+    const auto wg = block_constant(b.graph, "wg", inter, hidden, block_n, block_k);
+    const auto wu = block_constant(b.graph, "wu", inter, hidden, block_n, block_k);
+    const auto w2 = block_constant(b.graph, "w2", hidden, inter, block_n, block_k);
     b.wg_scales = wg.second, b.wu_scales = wu.second, b.w2_scales = w2.second;
     Node gated;
     gated.kind = OpKind::Mul;
@@ -806,7 +806,8 @@ TEST_CASE("weights given with block scales: the weight-only row reads the blocks
   CHECK(joined_problem.b_e4m3);
   CHECK(joined_problem.b_scale_block_n == 64);
   CHECK(joined_problem.b_scale_block_k == 64);
-  CHECK(fp8_weight_scale_count(joined_problem) == (2 * inter / 64) * (hidden / 64));
+  // K blocks padded to 4 (16 bytes) per N block: the layout cuBLASLt's block mode reads.
+  CHECK(fp8_weight_scale_count(joined_problem) == (2 * inter / 64) * fp8_scale_ld(hidden / 64));
   CHECK(joined.scales_text() == "one scale per 64x64 block");
   std::vector<float> both = built.wg_scales;
   both.insert(both.end(), built.wu_scales.begin(), built.wu_scales.end());
@@ -855,9 +856,11 @@ TEST_CASE("weights given with block scales: the weight-only row reads the blocks
   CHECK(e4m3_buckets == 5);  // 1, 2, 3-4, 5-8, 9-16
   for (const auto& constant : dynamic_text["constants"]) CHECK_FALSE(constant.contains("released"));
 
-  // Under allow_fp8 at 64 tokens the row-wise rows are not offered such a weight.
+  // Under allow_fp8 at 64 tokens the cuBLASLt FP8 rows are not offered such a weight:
+  // lt_fp8_e4m3's block mode takes 128 x 128 blocks only, the fast row none.
   auto wide = std::make_shared<RefusingBackend>(8);
-  wide->offered = {KernelId::LtFp8E4M3, KernelId::LtF16, KernelId::CudaSkinnyFp8W};
+  wide->offered = {KernelId::LtFp8E4M3, KernelId::LtFp8E4M3Fast, KernelId::LtF16,
+                   KernelId::CudaSkinnyFp8W};
   wide->refused = KernelId::CpuRef;
   CompileOptions fp8;
   fp8.policy.allow_fp8 = true;
@@ -866,7 +869,44 @@ TEST_CASE("weights given with block scales: the weight-only row reads the blocks
   for (const auto& selection : selections(wide_text)) {
     CHECK(selection["kernel"] == "lt_f16");
     CHECK(selection["candidates"].dump().find(
+              "given in e4m3 with a scale per 64x64 block of op(B)^T; this row reads blocks of "
+              "128x128 only (cuBLASLt's block-scale mode)") != std::string::npos);
+    CHECK(selection["candidates"].dump().find(
               "given in e4m3 with a scale per 64x64 block of op(B)^T; this row reads one scale "
-              "per output channel") != std::string::npos);
+              "per output channel (cuBLASLt has no fast accumulation with block scales)") !=
+          std::string::npos);
   }
+
+  // In 128 x 128 blocks, lt_fp8_e4m3 takes the down projection (K = 192 ends inside
+  // its second block) in cuBLASLt's block-scale mode, A per row and 128 k (forced here:
+  // the model prefers 16 bits at this size), and the emulation (cpu_fp8_ref) passes the
+  // gate. The joined gate/up weight (K = 128, one block) is read per output channel:
+  // its halves' grids do not join on a block boundary (192 rows), and they do not vary
+  // along K.
+  auto blocked = std::make_shared<RefusingBackend>(8);
+  blocked->offered = wide->offered;
+  blocked->refused = KernelId::CpuRef;
+  CompileOptions forced = fp8;
+  forced.policy.forced = KernelId::LtFp8E4M3;
+  const auto blocked_text = nlohmann::json::parse(
+      compile_plan(blocked, build(64, 128, 128).graph, forced)->description());
+  for (const auto& selection : selections(blocked_text))
+    CHECK(selection["kernel"] == "lt_fp8_e4m3");
+  const auto& layers = blocked_text["fp8"]["layers"];
+  REQUIRE(layers.size() == 2);
+  for (const auto& layer : layers) CHECK(layer["decision"] == "kept");
+  CHECK(layers[0]["scales"].get<std::string>().find("per row of the activation") !=
+        std::string::npos);
+  CHECK(layers[1]["scales"].get<std::string>().find(
+            "one scale per 128x128 block of the weight as stored); per row and 128 columns of "
+            "the activation") != std::string::npos);
+  REQUIRE(blocked->prepared.size() == 2);
+  CHECK_FALSE(fp8_block_scaled(blocked->prepared[0].problem));
+  CHECK(fp8_weight_scale_count(blocked->prepared[0].problem) == 2 * inter);
+  CHECK(fp8_block_scaled(blocked->prepared[1].problem));
+  CHECK(fp8_weight_scale_count(blocked->prepared[1].problem) == 1 * fp8_scale_ld(2));
+  // The scratch holds A's codes and its scales per row and k block, rows padded to 4.
+  const GemmProblem& w2 = blocked->prepared[1].problem;
+  CHECK(fp8_scratch_bytes(w2, true) == fp8_scales_bytes(fp8_scale_ld(64) * 2) +
+                                           fp8_operand_bytes(64, w2.k) - fp8_scales_bytes(64));
 }

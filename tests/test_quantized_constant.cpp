@@ -18,9 +18,10 @@ namespace {
 
 // Compiles `graph` on `context`, runs it on the layer's x and returns y with the plan text.
 std::pair<HostTensor, nlohmann::json> run_layer(ge2_context_t* context, const ge2_graph_t* graph,
-                                                const QuantizedLayer& layer) {
+                                                const QuantizedLayer& layer,
+                                                const ge2_compile_options_t* options = nullptr) {
   ge2_plan_t* raw = nullptr;
-  GE2_CHECK(ge2_plan_compile(context, graph, nullptr, &raw));
+  GE2_CHECK(ge2_plan_compile(context, graph, options, &raw));
   PlanPtr plan(raw);
   const char* text = nullptr;
   GE2_CHECK(ge2_plan_describe(plan.get(), &text));
@@ -211,6 +212,48 @@ TEST_CASE("block quantized constant: e4m3 * the block's scale, partial and overs
           if (constant.at("name") == "w") given_as = constant.at("given_as");
         CHECK(given_as.find("f8_e4m3 with one scale") == 0);
       }
+}
+
+TEST_CASE(
+    "block quantized constant: allow_fp8 quantizes x per row and 128 k beside 128x128 blocks") {
+  // DeepSeek-V3's recipe, which cuBLASLt's block-scale mode runs on Hopper
+  // (lt_fp8_e4m3): x gets a scale per row and 128 columns, the weight keeps a scale
+  // per 128 x 128 block. cpu_fp8_ref emulates it (the weight's value quantized again
+  // per block). One group of x's first row and one block of the weight are 300 times
+  // the rest: per row or per channel they would push their neighbours into e4m3's
+  // subnormals. N and K end inside a block.
+  auto context = make_context(GE2_DEVICE_CPU);
+  ge2_compile_options_t options;
+  GE2_CHECK(ge2_compile_options_init(&options));
+  options.allow_fp8 = 1;
+  for (ge2_dtype_t dtype : {GE2_DTYPE_F16, GE2_DTYPE_BF16})
+    for (bool trans_b : {true, false}) {
+      CAPTURE(dtype);
+      CAPTURE(trans_b);
+      QuantizedLayer layer = make_block_quantized_layer(dtype, 9, 296, 400, trans_b, 128, 128);
+      // Apart along K, so that no product holds both (f16's range).
+      layer.weight.scales[0] *= 300.0f;
+      for (std::int64_t j = 384; j < 400; ++j) layer.x.set(j, layer.x.get(j) * 300.0);
+      GraphPtr graph = quantized_layer_graph(layer);
+      const auto [y, plan] = run_layer(context.get(), graph.get(), layer, &options);
+      std::string kernel;
+      for (const auto& step : plan.at("steps"))
+        if (step.contains("selection")) kernel = step.at("kernel").at("name");
+      CHECK(kernel == "cpu_fp8_ref");
+      const auto gate = plan.at("fp8").at("layers").at(0);
+      CHECK(gate.at("decision") == "kept");
+      CHECK(gate.at("scales").get<std::string>().find(
+                "one scale per 128x128 block of the weight as stored); per row and 128 columns "
+                "of the activation") != std::string::npos);
+      CHECK(relative_error(y, layer.block_fp8_reference(layer.m, true)) <= tolerance(dtype));
+      CHECK(relative_error(y, layer.reference(layer.m)) <= 0.06);
+    }
+  // Blocks of another size: the row reads 128 x 128 only, and says so.
+  const QuantizedLayer other = make_block_quantized_layer(GE2_DTYPE_F16, 9, 296, 400, true, 64, 64);
+  GraphPtr graph = quantized_layer_graph(other);
+  const auto [y, plan] = run_layer(context.get(), graph.get(), other, &options);
+  CHECK(plan.dump().find("this row reads blocks of 128x128 only") != std::string::npos);
+  CHECK(relative_error(y, other.reference(other.m)) <= tolerance(GE2_DTYPE_F16));
 }
 
 TEST_CASE("block quantized constant: each element is its code times its own block's scale") {

@@ -63,10 +63,14 @@ nlohmann::json Plan::apply_fp8_policy() {
           given ? fmt::format("given with the weight in e4m3 ({} of the weight as stored)",
                               given->scales_text())
                 : "per output channel of the weight (amax / 448) at compile";
-      const std::string a_scales = kernel_info(*fp8).fp8_weight_only
-                                       ? "; the activation stays 16-bit"
-                                       : "; per row of the activation (amax / 448) every "
-                                         "execution";
+      const std::string a_scales =
+          kernel_info(*fp8).fp8_weight_only ? "; the activation stays 16-bit"
+          : fp8_block_scaled(problem)
+              ? fmt::format(
+                    "; per row and {} columns of the activation (amax / 448) every "
+                    "execution",
+                    kFp8ScaleBlock)
+              : "; per row of the activation (amax / 448) every execution";
       if (!policy.allow_fp8) {
         // Only the weight-only row on a weight given in e4m3 gets here
         // (dtype_rule): it reads the graph's own numbers, so nothing is gated.

@@ -70,6 +70,15 @@ constexpr bool skinny_fp8_scale_blocks_fit(std::int64_t block_n, std::int64_t bl
   return block_k % kSkinnyFp8StepK == 0 && steps > 0 && (steps & (steps - 1)) == 0 &&
          (block_n % kSkinnyTileColumns == 0 || block_n >= n);
 }
+// cuBLASLt's block-scaled e4m3 GEMM (Hopper: CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+// for the weight, VEC128_32F for A): a weight given with one scale per block of this
+// many output channels x this many k (DeepSeek-V3's and Qwen3's FP8 checkpoints), A
+// quantized with one scale per row and this many k.
+inline constexpr std::int64_t kFp8ScaleBlock = 128;
+// The leading dimension of a scale grid ge2 lays out for its FP8 kernels: `count`
+// scales (A's rows in the block-scale mode; a weight's K blocks) padded to 16 bytes,
+// as cuBLASLt's block-scale modes read them.
+constexpr std::int64_t fp8_scale_ld(std::int64_t count) { return (count + 3) / 4 * 4; }
 // Columns per thread block, both forms, 1-16 rows. (Run 23 measured blocks of 32
 // columns 5-18% faster at 16 rows on four weights; with the kernel that can split
 // K, run 24 measured them slower at 16 rows on 13 of 15 weights, by up to 28%.)
@@ -173,6 +182,11 @@ struct KernelInfo {
   // deferred activation is not its to apply, and the weight streams at one byte
   // per element.
   bool fp8_weight_only = false;
+  // Of the FP8 rows that quantize A, also runs a weight given with scales per
+  // kFp8ScaleBlock x kFp8ScaleBlock block (GemmProblem::b_scale_block_{n,k}): A is
+  // then quantized per row and kFp8ScaleBlock k, and each block's scale applies to
+  // its own partial sums. The others read one scale per output channel only.
+  bool fp8_block_scales = false;
 };
 
 // Fitted to bench_gemm on the H200 (bench/results/2026-12-02-h200-run3):
@@ -331,17 +345,18 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
     // The e4m3 tensor-core GEMM on operands ge2 quantizes row-wise, with cuBLASLt's
     // outer-vector scales (one per row of A, one per output channel; Hopper, sm_90):
     // about 1300 TFLOP/s for torch._scaled_mm at 8192^3 on the H200 (docs/fp8.md,
-    // run 13h); two launches (quantize A, matmul) at least.
-    {KernelId::LtFp8E4M3,
-     "lt_fp8_e4m3",
-     KernelFamily::CublasltFp8,
-     std::nullopt,
-     false,
-     90,
-     {1200.0, 18.0, 0.45, 128, 128},
-     false,
-     0,
-     true},
+    // run 13h); two launches (quantize A, matmul) at least. On a weight given with
+    // 128 x 128 block scales, cuBLASLt's block-scale modes instead (A per row and
+    // 128 k).
+    {.id = KernelId::LtFp8E4M3,
+     .name = "lt_fp8_e4m3",
+     .family = KernelFamily::CublasltFp8,
+     .dtype = std::nullopt,
+     .tf32 = false,
+     .min_compute_capability = 90,
+     .cost = {1200.0, 18.0, 0.45, 128, 128},
+     .fp8 = true,
+     .fp8_block_scales = true},
     // The same with cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM:
     // no periodic promotion of the tensor cores' partial sums to fp32): FP8 blocks
     // 1.49-1.61x the 16-bit plan with it, 1.41-1.55x without (docs/fp8.md, runs
@@ -362,16 +377,15 @@ inline constexpr std::array<KernelInfo, kKernelCount> kKernels{{
     // cpu_ref's rate, as the device rates e4m3 against 16 bits, so allow_fp8 takes
     // it on the CPU backend too and the policy, its gate and its fallbacks run
     // without a GPU.
-    {KernelId::CpuFp8Ref,
-     "cpu_fp8_ref",
-     KernelFamily::CpuReference,
-     std::nullopt,
-     false,
-     0,
-     {0.02, 1.0, 1.0, 1, 1},
-     false,
-     0,
-     true},
+    {.id = KernelId::CpuFp8Ref,
+     .name = "cpu_fp8_ref",
+     .family = KernelFamily::CpuReference,
+     .dtype = std::nullopt,
+     .tf32 = false,
+     .min_compute_capability = 0,
+     .cost = {0.02, 1.0, 1.0, 1, 1},
+     .fp8 = true,
+     .fp8_block_scales = true},
     {KernelId::CpuRef,
      "cpu_ref",
      KernelFamily::CpuReference,

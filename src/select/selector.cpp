@@ -46,11 +46,18 @@ std::string dtype_rule(const KernelInfo& kernel, const GemmProblem& problem,
   if (kernel.fp8 && !policy.allow_fp8 && !(kernel.fp8_weight_only && problem.b_e4m3))
     return "FP8 not allowed by the compile options (allow_fp8 = 0)";
   if (kernel.fp8 && dtype == DType::F32) return "FP8 runs f16 and bf16 GEMMs only";
-  if (kernel.fp8 && !kernel.fp8_weight_only && problem.b_scale_block_k > 0)
-    return fmt::format(
-        "the weight is given in e4m3 with a scale per {}x{} block of op(B)^T; this row reads "
-        "one scale per output channel",
-        problem.b_scale_block_n, problem.b_scale_block_k);
+  if (kernel.fp8 && !kernel.fp8_weight_only && problem.b_scale_block_k > 0) {
+    const std::string given =
+        fmt::format("the weight is given in e4m3 with a scale per {}x{} block of op(B)^T",
+                    problem.b_scale_block_n, problem.b_scale_block_k);
+    if (!kernel.fp8_block_scales)
+      return given +
+             "; this row reads one scale per output channel (cuBLASLt has no fast "
+             "accumulation with block scales)";
+    if (!fp8_block_scaled(problem))
+      return fmt::format("{}; this row reads blocks of {}x{} only (cuBLASLt's block-scale mode)",
+                         given, kFp8ScaleBlock, kFp8ScaleBlock);
+  }
   return "";
 }
 
@@ -255,13 +262,23 @@ std::size_t fp8_operand_bytes(std::int64_t rows, std::int64_t k) {
 
 std::size_t fp8_scratch_bytes(const GemmProblem& problem, bool b_prepared) {
   const GemmProblem p = fold_batch_into_m(problem);
-  return fp8_operand_bytes(p.m, p.k) + (b_prepared ? 0 : fp8_operand_bytes(p.n, p.k));
+  return fp8_scales_bytes(fp8_a_scale_count(p)) + round_up_256(static_cast<double>(p.m) * p.k) +
+         (b_prepared ? 0 : fp8_operand_bytes(p.n, p.k));
+}
+
+bool fp8_block_scaled(const GemmProblem& problem) {
+  return problem.b_scale_block_n == kFp8ScaleBlock && problem.b_scale_block_k == kFp8ScaleBlock;
+}
+
+std::int64_t fp8_a_scale_count(const GemmProblem& problem) {
+  if (!fp8_block_scaled(problem)) return problem.m;
+  return fp8_scale_ld(problem.m) * ((problem.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock);
 }
 
 std::int64_t fp8_weight_scale_count(const GemmProblem& problem) {
   if (problem.b_scale_block_k <= 0) return problem.n;
   return ((problem.n + problem.b_scale_block_n - 1) / problem.b_scale_block_n) *
-         ((problem.k + problem.b_scale_block_k - 1) / problem.b_scale_block_k);
+         fp8_scale_ld((problem.k + problem.b_scale_block_k - 1) / problem.b_scale_block_k);
 }
 
 std::size_t fp8_weight_bytes(const GemmProblem& problem) {

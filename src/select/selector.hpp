@@ -84,12 +84,22 @@ bool runs_separate_activation_pass(KernelId kernel, Activation act);
 // each part starting on a 256-byte boundary.
 std::size_t fp8_scales_bytes(std::int64_t rows);
 std::size_t fp8_operand_bytes(std::int64_t rows, std::int64_t k);
-// Device scratch an FP8 step needs: op(A) as such an operand (M rows) and, unless
+// Device scratch an FP8 step needs: op(A) as such an operand (M rows; with
+// fp8_a_scale_count(problem) scales) and, unless
 // B is a constant quantized at compile (`b_prepared`), op(B)^T (N rows) after it.
 std::size_t fp8_scratch_bytes(const GemmProblem& problem, bool b_prepared);
+// Whether B is given with the kFp8ScaleBlock x kFp8ScaleBlock block scales
+// cuBLASLt's block-scale mode reads (KernelInfo::fp8_block_scales): lt_fp8_e4m3 then
+// quantizes A per row and kFp8ScaleBlock k instead of per row.
+bool fp8_block_scaled(const GemmProblem& problem);
+// The scales of A the FP8 scratch holds: one per row, or on such a problem one per
+// row and k block, (row i, k block j) at j * fp8_scale_ld(M) + i (cuBLASLt's
+// VEC128_32F layout).
+std::int64_t fp8_a_scale_count(const GemmProblem& problem);
 // The scales of an FP8 weight prepared at compile: one per row of op(B)^T, or for a
 // weight given with scales in blocks along K (problem.b_scale_block_k), one per
-// block of op(B)^T, row-major by N block.
+// block of op(B)^T, row-major by N block, fp8_scale_ld(K blocks) per N block
+// (cuBLASLt's BLK128x128_32F layout; cuda_skinny_fp8w reads the same).
 std::int64_t fp8_weight_scale_count(const GemmProblem& problem);
 // Bytes of an FP8 weight prepared at compile: op(B)^T, [N, K], as such an operand
 // with fp8_weight_scale_count(problem) scales.

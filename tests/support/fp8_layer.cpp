@@ -56,6 +56,25 @@ double round_to_e4m3_oracle(double value) {
   return std::signbit(value) ? -rounded : rounded;
 }
 
+void round_blocks_to_e4m3(std::vector<double>& values, std::int64_t rows, std::int64_t cols,
+                          std::int64_t block_rows, std::int64_t block_cols) {
+  for (std::int64_t i0 = 0; i0 < rows; i0 += block_rows)
+    for (std::int64_t j0 = 0; j0 < cols; j0 += block_cols) {
+      const std::int64_t i1 = std::min(rows, i0 + block_rows), j1 = std::min(cols, j0 + block_cols);
+      float amax = 0.0f;
+      for (std::int64_t i = i0; i < i1; ++i)
+        for (std::int64_t j = j0; j < j1; ++j)
+          amax = std::max(amax, static_cast<float>(std::fabs(values[i * cols + j])));
+      const float multiplier = amax == 0.0f ? 1.0f : 448.0f / amax;
+      const double scale = amax == 0.0f ? 1.0 : static_cast<double>(amax / 448.0f);
+      for (std::int64_t i = i0; i < i1; ++i)
+        for (std::int64_t j = j0; j < j1; ++j) {
+          double& v = values[i * cols + j];
+          v = round_to_e4m3_oracle(static_cast<float>(v) * multiplier) * scale;
+        }
+    }
+}
+
 std::string Fp8LayerCase::label() const {
   static const char* dtypes[] = {"?", "f16", "bf16", "f32"};
   return fmt::format(

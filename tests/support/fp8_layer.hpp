@@ -59,5 +59,11 @@ struct Fp8Layer {
 
 // The test's own e4m3 rounding with saturation at +-448 (not ge2's).
 double round_to_e4m3_oracle(double value);
+// Each block of block_rows x block_cols of a rows x cols row-major matrix rounded
+// to e4m3 through its own scale as docs/fp8.md documents it (x * (448 / amax) in
+// float, then the test's own rounding) and multiplied back by amax / 448: the
+// values a GEMM on the block-scaled copy reads.
+void round_blocks_to_e4m3(std::vector<double>& values, std::int64_t rows, std::int64_t cols,
+                          std::int64_t block_rows, std::int64_t block_cols);
 
 }  // namespace ge2::test

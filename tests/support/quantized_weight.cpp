@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/dtype.hpp"
+#include "support/fp8_layer.hpp"
 
 namespace ge2::test {
 
@@ -114,6 +115,31 @@ std::vector<double> QuantizedLayer::reference(std::int64_t rows) const {
   attrs.trans_b = trans_b;
   attrs.act = act;
   return gemm_reference(head, weight.value(), nullptr, &bias, attrs);
+}
+
+std::vector<double> QuantizedLayer::block_fp8_reference(std::int64_t rows,
+                                                        bool requantize_w) const {
+  const std::int64_t k = x.shape[1];
+  std::vector<double> xv(static_cast<std::size_t>(rows * k));
+  for (std::int64_t i = 0; i < rows * k; ++i) xv[static_cast<std::size_t>(i)] = x.get(i);
+  round_blocks_to_e4m3(xv, rows, k, 1, 128);
+  HostTensor xq = make_tensor(GE2_DTYPE_F32, {rows, k});
+  for (std::int64_t i = 0; i < rows * k; ++i) xq.set(i, xv[static_cast<std::size_t>(i)]);
+  HostTensor w = weight.value();
+  if (requantize_w) {
+    HostTensor stored = make_tensor(dtype, {weight.rows, weight.cols});
+    std::vector<double> wv(static_cast<std::size_t>(weight.rows * weight.cols));
+    for (std::size_t i = 0; i < wv.size(); ++i) {
+      stored.set(static_cast<std::int64_t>(i), w.get(static_cast<std::int64_t>(i)));
+      wv[i] = stored.get(static_cast<std::int64_t>(i));
+    }
+    round_blocks_to_e4m3(wv, weight.rows, weight.cols, 128, 128);
+    for (std::size_t i = 0; i < wv.size(); ++i) w.set(static_cast<std::int64_t>(i), wv[i]);
+  }
+  GemmRef attrs;
+  attrs.trans_b = trans_b;
+  attrs.act = act;
+  return gemm_reference(xq, w, nullptr, &bias, attrs);
 }
 
 GraphPtr quantized_layer_graph(const QuantizedLayer& layer) {

@@ -48,6 +48,11 @@ struct QuantizedLayer {
   QuantizedWeight weight;
   HostTensor x, bias;
   std::vector<double> reference(std::int64_t rows) const;  // fp64, first `rows` rows
+  // The same with x rounded to e4m3 per row and 128 columns (lt_fp8_e4m3 on a weight
+  // given in 128 x 128 blocks) and w as given, or with `requantize_w` w's value in
+  // the layer's dtype rounded again per 128 x 128 block (cpu_fp8_ref, which quantizes
+  // the value it reads).
+  std::vector<double> block_fp8_reference(std::int64_t rows, bool requantize_w) const;
 };
 QuantizedLayer make_quantized_layer(ge2_dtype_t dtype, std::int64_t m, std::int64_t n,
                                     std::int64_t k, bool trans_b, int axis);

@@ -111,12 +111,16 @@ def test_decode_workspace_query_sets_the_variable_inside_and_restores_it(monkeyp
 def test_fp8_checkpoint_runs_on_the_cpu_and_matches_fp32(tmp_path):
     run("fp8_checkpoint.py", "--out", str(tmp_path), "--device", "cpu", "--hidden", "48", "--inter", "80",
         "--tokens", "3", "--blocks", "gelu", "swiglu", "--groups", "1", "--scales", "channel", "block",
-        "--block-size", "32")
+        "--block-size", "32", "--allow-fp8")
     data = json.load(open(tmp_path / "fp8_checkpoint.json"))
     assert data["device"] == "cpu" and len(data["rows"]) == 4
     assert sorted(r["scales"] for r in data["rows"]) == ["block 32", "block 32", "channel", "channel"]
     for r in data["rows"]:
-        # f32 plans on the dequantized values: every contender computes the same block
+        # f32 plans on the dequantized values (allow_fp8 takes f16 and bf16 GEMMs only):
+        # every contender computes the same block
+        assert "ge2 e4m3 allow_fp8" in r["rel_error_vs_fp32"] and "ge2 e4m3 allow_fp8" in r["us"]
         for name, error in r["rel_error_vs_fp32"].items():
             assert 0 <= error < 1e-5, (r["block"], name, error)
-        assert r["kernels"] and all(k == "cpu_ref" for k in r["kernels"]), r["kernels"]
+        for plan in ("default", "allow_fp8"):
+            kernels = r["kernels"][plan]
+            assert kernels and all(k == "cpu_ref" for k in kernels), r["kernels"]

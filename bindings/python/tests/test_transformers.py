@@ -101,22 +101,14 @@ def test_transformers_modules_ge2_cannot_run_are_refused(name):
         gt.convert(build(spec, torch.float32))
 
 
-def test_hf_fp8linear_mlp_reads_the_checkpoint_numbers():
-    """transformers' own FP8Linear (DeepSeek-V3 / Qwen3 FP8 checkpoints: e4m3 weights, a scale per
-    128 x 128 block in weight_scale_inv) in a Qwen3-style MLP: ge2 reads the codes and scales as
-    stored and, keeping x in 16 bits, is as close to fp64 on weight * scale as bfloat16 allows;
-    the module's own forward (Triton, x quantized per 128 elements too: W8A8) is within its FP8
-    bound of the same reference, which shows both read the attributes alike."""
-    if not torch.cuda.is_available():
-        pytest.skip("SKIPPED: transformers' FP8Linear runs its forward with Triton on a GPU")
-    try:
-        from transformers.integrations.finegrained_fp8 import FP8Linear
-    except Exception as e:  # no Triton, or a version without the class
-        pytest.skip(f"SKIPPED: transformers' FP8Linear is not importable here ({type(e).__name__}: {e})")
+def _hf_fp8_mlp(d, h):
+    """A Qwen3-style MLP of transformers' own FP8Linear layers (128 x 128 block scales) with
+    random e4m3 codes and scales, and its weights dequantized in fp64."""
+    from transformers.integrations.finegrained_fp8 import FP8Linear
     import torch.nn.functional as F
 
     class Mlp(torch.nn.Module):
-        def __init__(self, d, h):
+        def __init__(self):
             super().__init__()
             self.gate_proj, self.up_proj = (FP8Linear(d, h, block_size=(128, 128), device="cuda") for _ in range(2))
             self.down_proj = FP8Linear(h, d, block_size=(128, 128), device="cuda")
@@ -124,11 +116,7 @@ def test_hf_fp8linear_mlp_reads_the_checkpoint_numbers():
         def forward(self, x):
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
-    # 11 blocks of 128 along the intermediate size; every GEMM with columns enough for
-    # cuda_skinny_fp8w's grid (run 32d: with d = 512 the down projection's 32 column tiles
-    # gave half an H100 no block, and it ran lt_bf16 as the selector's rule says).
-    d, h = 1536, 1408
-    module = Mlp(d, h)
+    module = Mlp()
     dequantized = {}
     with torch.no_grad():
         for name in ("gate_proj", "up_proj", "down_proj"):
@@ -139,6 +127,32 @@ def test_hf_fp8linear_mlp_reads_the_checkpoint_numbers():
                                          / (64 * layer.in_features ** 0.5))
             s = layer.weight_scale_inv.double().repeat_interleave(128, 0).repeat_interleave(128, 1)
             dequantized[name] = layer.weight.double() * s[:layer.out_features, :layer.in_features]
+    return module, dequantized
+
+
+def _hf_fp8_importable():
+    if not torch.cuda.is_available():
+        pytest.skip("SKIPPED: transformers' FP8Linear runs its forward with Triton on a GPU")
+    try:
+        from transformers.integrations.finegrained_fp8 import FP8Linear  # noqa: F401
+    except Exception as e:  # no Triton, or a version without the class
+        pytest.skip(f"SKIPPED: transformers' FP8Linear is not importable here ({type(e).__name__}: {e})")
+
+
+def test_hf_fp8linear_mlp_reads_the_checkpoint_numbers():
+    """transformers' own FP8Linear (DeepSeek-V3 / Qwen3 FP8 checkpoints: e4m3 weights, a scale per
+    128 x 128 block in weight_scale_inv) in a Qwen3-style MLP: ge2 reads the codes and scales as
+    stored and, keeping x in 16 bits, is as close to fp64 on weight * scale as bfloat16 allows;
+    the module's own forward (Triton, x quantized per 128 elements too: W8A8) is within its FP8
+    bound of the same reference, which shows both read the attributes alike."""
+    _hf_fp8_importable()
+    import torch.nn.functional as F
+
+    # 11 blocks of 128 along the intermediate size; every GEMM with columns enough for
+    # cuda_skinny_fp8w's grid (run 32d: with d = 512 the down projection's 32 column tiles
+    # gave half an H100 no block, and it ran lt_bf16 as the selector's rule says).
+    d, h = 1536, 1408
+    module, dequantized = _hf_fp8_mlp(d, h)
     x = torch.randn(8, d, device="cuda", dtype=torch.bfloat16)
     xd = x.double()
     want = (F.silu(xd @ dequantized["gate_proj"].T) * (xd @ dequantized["up_proj"].T)) @ dequantized["down_proj"].T
@@ -151,3 +165,35 @@ def test_hf_fp8linear_mlp_reads_the_checkpoint_numbers():
     plan = next(iter(converted._plans.values()))
     kernels = [s["kernel"]["name"] for s in plan.describe()["steps"] if "selection" in s]
     assert kernels and all(k == "cuda_skinny_fp8w" for k in kernels), kernels
+
+
+def test_hf_fp8linear_mlp_prefill_under_allow_fp8_computes_the_modules_w8a8(monkeypatch):
+    """The same MLP at 256 tokens under allow_fp8, every GEMM forced onto lt_fp8_e4m3: x is
+    quantized per row and 128 columns and cuBLASLt's block-scale mode reads the checkpoint's
+    128 x 128 scales (the joined gate/up weight's grids meet on a block boundary, 1408 = 11 x 128),
+    which is the recipe the module's own Triton forward runs: the two agree far closer than
+    either is to fp64."""
+    _hf_fp8_importable()
+    import torch.nn.functional as F
+
+    d, h = 1536, 1408
+    module, dequantized = _hf_fp8_mlp(d, h)
+    x = torch.randn(256, d, device="cuda", dtype=torch.bfloat16)
+    xd = x.double()
+    want = (F.silu(xd @ dequantized["gate_proj"].T) * (xd @ dequantized["up_proj"].T)) @ dequantized["down_proj"].T
+    monkeypatch.setenv("GE2_FORCE_KERNEL", "lt_fp8_e4m3")
+    converted = gt.convert(module, dynamic=False, allow_fp8=True)
+    with torch.no_grad():
+        got = converted(x)
+        own = module(x)
+    plan = next(iter(converted._plans.values()))
+    described = plan.describe()
+    kernels = [s["kernel"]["name"] for s in described["steps"] if "selection" in s]
+    assert kernels == ["lt_fp8_e4m3", "lt_fp8_e4m3"], kernels
+    for step in described["steps"]:
+        if "selection" in step:
+            assert "BLK128x128_32F" in step["kernel"]["scales"], step["kernel"]
+    assert all(layer["decision"] == "kept" for layer in described["fp8"]["layers"])
+    assert rel_error(got, want) <= 0.1
+    assert rel_error(own, want) <= 0.1
+    assert rel_error(got, own) <= 0.25 * rel_error(own, want), (rel_error(got, own), rel_error(own, want))

@@ -74,27 +74,38 @@ void pack(const MatrixView& v, bool transposed, DType dtype, const void* base,
   });
 }
 
-// Rounds a rows x cols row-major matrix to e4m3, each row (by_rows) or each
-// column through its own scale (the device's fp8_quantize.cu arithmetic):
-// x * 448 / amax, saturating; returns the scales amax / 448. A NaN makes its
-// row's (column's) amax, and so its scale, NaN.
+// Rounds a rows x cols row-major matrix to e4m3, each block of block_rows x
+// block_cols through its own scale (the device's fp8_quantize.cu arithmetic):
+// x * 448 / amax, saturating. Returns the scales amax / 448, row-major by block
+// row, or with `multiply_back` leaves each element times its block's scale (the
+// value the GEMM reads) and returns nothing. A NaN makes its block's amax, and so
+// its scale, NaN. Rows are blocks of (1, cols), output channels of op(B) (rows, 1).
 std::vector<float> round_to_e4m3(std::vector<float>& values, std::int64_t rows, std::int64_t cols,
-                                 bool by_rows) {
-  const std::int64_t lines = by_rows ? rows : cols, length = by_rows ? cols : rows;
-  const std::int64_t along = by_rows ? 1 : cols, across = by_rows ? cols : 1;
-  std::vector<float> scales(static_cast<std::size_t>(lines));
-  for (std::int64_t line = 0; line < lines; ++line) {
-    float* first = values.data() + line * across;
-    float amax = 0.0f;
-    for (std::int64_t i = 0; i < length && !std::isnan(amax); ++i) {
-      const float magnitude = std::fabs(first[i * along]);
-      if (std::isnan(magnitude) || magnitude > amax) amax = magnitude;
+                                 std::int64_t block_rows, std::int64_t block_cols,
+                                 bool multiply_back = false) {
+  const std::int64_t grid_rows = (rows + block_rows - 1) / block_rows;
+  const std::int64_t grid_cols = (cols + block_cols - 1) / block_cols;
+  std::vector<float> scales(static_cast<std::size_t>(grid_rows * grid_cols));
+  for (std::int64_t bi = 0; bi < grid_rows; ++bi)
+    for (std::int64_t bj = 0; bj < grid_cols; ++bj) {
+      const std::int64_t i_end = std::min(rows, (bi + 1) * block_rows);
+      const std::int64_t j_end = std::min(cols, (bj + 1) * block_cols);
+      float amax = 0.0f;
+      for (std::int64_t i = bi * block_rows; i < i_end; ++i)
+        for (std::int64_t j = bj * block_cols; j < j_end && !std::isnan(amax); ++j) {
+          const float magnitude = std::fabs(values[static_cast<std::size_t>(i * cols + j)]);
+          if (std::isnan(magnitude) || magnitude > amax) amax = magnitude;
+        }
+      const float multiplier = e4m3_multiplier(amax), scale = e4m3_scale(amax);
+      for (std::int64_t i = bi * block_rows; i < i_end; ++i)
+        for (std::int64_t j = bj * block_cols; j < j_end; ++j) {
+          float& value = values[static_cast<std::size_t>(i * cols + j)];
+          value = e4m3_bits_to_float(float_to_e4m3_bits(value * multiplier));
+          if (multiply_back) value *= scale;
+        }
+      scales[static_cast<std::size_t>(bi * grid_cols + bj)] = scale;
     }
-    const float multiplier = e4m3_multiplier(amax);
-    for (std::int64_t i = 0; i < length; ++i)
-      first[i * along] = e4m3_bits_to_float(float_to_e4m3_bits(first[i * along] * multiplier));
-    scales[static_cast<std::size_t>(line)] = e4m3_scale(amax);
-  }
+  if (multiply_back) return {};
   return scales;
 }
 
@@ -427,17 +438,26 @@ void gemm_impl(const GemmProblem& p, const void* a, const void* b, const void* c
     const RowMajor b_rows =
         b_in_place_nk ? RowMajor{} : rows_of(p.b, p.trans_b, p.dtype, b, batch, fp8, packed_b);
     if (p.a_act != Activation::None) activate_in_dtype(p.a_act, p.dtype, packed_a);
-    // FP8: op(A) [M, K] per row, op(B) [K, N] per output column.
+    // FP8: op(A) [M, K] per row, op(B) [K, N] per output column. On a block-scaled
+    // weight (lt_fp8_e4m3's block mode) op(A) per row and 128 k, op(B) per block
+    // of op(B)^T, each element multiplied back by its scale (scales varying along K
+    // cannot wait for the sum).
+    const bool scale_blocks = fp8 && fp8_block_scaled(p);
     const std::vector<float> a_scales =
-        fp8 ? round_to_e4m3(packed_a, p.m, p.k, true) : std::vector<float>{};
+        fp8 ? round_to_e4m3(packed_a, p.m, p.k, 1, scale_blocks ? kFp8ScaleBlock : p.k,
+                            scale_blocks)
+            : std::vector<float>{};
     const std::vector<float> b_scales =
-        fp8 ? round_to_e4m3(packed_b, p.k, p.n, false) : std::vector<float>{};
+        fp8 ? round_to_e4m3(packed_b, p.k, p.n, scale_blocks ? p.b_scale_block_k : p.k,
+                            scale_blocks ? p.b_scale_block_n : 1, scale_blocks)
+            : std::vector<float>{};
+    const bool row_scales = fp8 && !scale_blocks;
     auto finish_row = [&](std::int64_t i, float* row) {
       for (std::int64_t j = 0; j < p.n; ++j) {
         float& value = row[j];
-        value *= fp8 ? p.alpha * (a_scales[static_cast<std::size_t>(i)] *
-                                  b_scales[static_cast<std::size_t>(j)])
-                     : p.alpha;
+        value *= row_scales ? p.alpha * (a_scales[static_cast<std::size_t>(i)] *
+                                         b_scales[static_cast<std::size_t>(j)])
+                            : p.alpha;
         if (p.has_c)
           value += p.beta * load_as_float(
                                 c, p.dtype,

@@ -3,7 +3,11 @@
 // once at compile (prepare_fp8_weight), and cuBLASLt multiplies the e4m3 copies
 // with their row scales as outer-vector scales (D[i, j] gets scale_a[i] *
 // scale_b[j]), accumulating in fp32 and writing D in the problem's 16-bit dtype
-// with the usual epilogue. A deferred activation of A (GemmProblem::a_act) is
+// with the usual epilogue. On a weight given with 128 x 128 block scales
+// (fp8_block_scaled) the copy of A has a scale per row and 128 k instead, and
+// cuBLASLt reads both as block scales (VEC128_32F for A, BLK128x128_32F for the
+// weight's given grid), each applied to its own partial sums; cuBLASLt has no fast
+// accumulation there. A deferred activation of A (GemmProblem::a_act) is
 // applied by the quantization pass; the unfused fallback, which reads A as
 // stored, gets A activated in place first (A is then an intermediate only this
 // GEMM reads: plan_steps.cpp). cuBLASLt's e4m3 kernels take the "TN" layout only:
@@ -48,6 +52,7 @@ class Fp8GemmStep final : public Step {
       : problem_(fold_batch_into_m(problem)),
         kernel_(kernel),
         folded_(problem_.batch != problem.batch),
+        block_scaled_(fp8_block_scaled(problem_)),
         slots_(slots),
         sm_count_(sm_count),
         matmul_(handle, quantized_problem(problem_), kernel),
@@ -55,11 +60,17 @@ class Fp8GemmStep final : public Step {
     const std::string layout = fp8_layout_problem(problem_);
     require(layout.empty(), GE2_ERROR_UNSUPPORTED, "{}", layout);
     require(slots.scratch >= 0, GE2_ERROR_INTERNAL, "lt_fp8_e4m3: the plan gave no scratch slot");
+    require(!block_scaled_ || slots.b_prepared >= 0, GE2_ERROR_INTERNAL,
+            "lt_fp8_e4m3: a block-scaled weight without its prepared copy");
     // The algorithm is cuBLASLt's heuristic choice (the tuner does not time FP8 rows
-    // yet), asked for with the outer-vector scale mode and scale pointers set, as
-    // every run has them: stand-in aligned addresses that the query does not read;
-    // run() sets the real ones.
-    matmul_.set_scale_mode(CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
+    // yet), asked for with the scale modes and scale pointers set, as every run has
+    // them: stand-in aligned addresses that the query does not read; run() sets the
+    // real ones.
+    if (block_scaled_)
+      matmul_.set_scale_modes(CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+                              CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F);
+    else
+      matmul_.set_scale_mode(CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F);
     const auto* stand_in = reinterpret_cast<const float*>(std::uintptr_t{256});
     matmul_.set_scale_pointers(stand_in, stand_in + 64);
     try {
@@ -97,16 +108,19 @@ class Fp8GemmStep final : public Step {
       return fallback_->run(s);
     }
     void* scratch = slot_pointer(s, slots_.scratch);
-    const Fp8Operand a_q = fp8_operand(scratch, problem_.m);
-    launch_quantize_e4m3_rows(problem_.dtype, problem_.op_a(), a, a_q.data, a_q.scales, sm_count_,
-                              stream, problem_.a_act);
+    const Fp8Operand a_q = fp8_operand(scratch, fp8_a_scale_count(problem_));
+    if (block_scaled_)
+      launch_quantize_e4m3_groups(problem_.dtype, problem_.op_a(), a, a_q.data, a_q.scales,
+                                  fp8_scale_ld(problem_.m), sm_count_, stream, problem_.a_act);
+    else
+      launch_quantize_e4m3_rows(problem_.dtype, problem_.op_a(), a, a_q.data, a_q.scales, sm_count_,
+                                stream, problem_.a_act);
     Fp8Operand b_q{};
     if (slots_.b_prepared >= 0) {
       b_q = fp8_operand(slot_pointer(s, slots_.b_prepared), fp8_weight_scale_count(problem_));
     } else {
-      b_q = fp8_operand(
-          static_cast<std::uint8_t*>(scratch) + fp8_operand_bytes(problem_.m, problem_.k),
-          problem_.n);
+      b_q = fp8_operand(static_cast<std::uint8_t*>(scratch) + fp8_scratch_bytes(problem_, true),
+                        problem_.n);
       launch_quantize_e4m3_rows(problem_.dtype, op_b_transposed(problem_), b, b_q.data, b_q.scales,
                                 sm_count_, stream);
     }
@@ -127,15 +141,19 @@ class Fp8GemmStep final : public Step {
         {"algo", choice_.config.to_json()},
         {"algo_source", choice_.source},
         {"scales",
-         "row-wise, amax / 448: one per row of A and per output channel of B "
-         "(cuBLASLt outer-vector scales)"},
+         block_scaled_
+             ? "block-wise, amax / 448: one per row of A and 128 k (cuBLASLt VEC128_32F), the "
+               "weight's given scale per 128x128 block (BLK128x128_32F)"
+             : "row-wise, amax / 448: one per row of A and per output channel of B "
+               "(cuBLASLt outer-vector scales)"},
         {"a_quantized", problem_.a_act == Activation::None
                             ? "every execution (one pass)"
                             : fmt::format("every execution (one pass), after {} (deferred from "
                                           "the GEMM that produced A)",
                                           activation_name(problem_.a_act))},
-        {"b_quantized",
-         slots_.b_prepared >= 0 ? "once, at compile (constant weight)" : "every execution"},
+        {"b_quantized", problem_.b_e4m3          ? "no: given in e4m3 (a quantized constant)"
+                        : slots_.b_prepared >= 0 ? "once, at compile (constant weight)"
+                                                 : "every execution"},
         {"accumulate",
          kernel_ == KernelId::LtFp8E4M3Fast ? "fast (CUBLASLT_MATMUL_DESC_FAST_ACCUM)" : "fp32"},
         {"unaligned_pointers_run", fallback_->describe().value("name", "")}};
@@ -147,6 +165,7 @@ class Fp8GemmStep final : public Step {
   GemmProblem problem_;
   KernelId kernel_;
   bool folded_;
+  bool block_scaled_;  // fp8_block_scaled: cuBLASLt's block-scale modes
   GemmSlots slots_;
   int sm_count_;
   LtMatmul matmul_;
@@ -194,11 +213,12 @@ void prepare_given_fp8_weight(const GemmProblem& problem, const QuantizedData& g
     // The grid as op(B)^T sees it: N blocks by K blocks, transposed for a [K, N] B.
     const std::int64_t grid_n = problem.trans_b ? given.grid_rows() : given.grid_cols();
     const std::int64_t grid_k = problem.trans_b ? given.grid_cols() : given.grid_rows();
-    require(grid_n * grid_k == fp8_weight_scale_count(problem), GE2_ERROR_INTERNAL,
+    const std::int64_t ld = fp8_scale_ld(grid_k);
+    require(grid_n * ld == fp8_weight_scale_count(problem), GE2_ERROR_INTERNAL,
             "the e4m3 weight's {} do not match GEMM {}", given.scales_text(), problem);
     for (std::int64_t bn = 0; bn < grid_n; ++bn)
       for (std::int64_t bk = 0; bk < grid_k; ++bk)
-        weight.scales[bn * grid_k + bk] = given.scales[static_cast<std::size_t>(
+        weight.scales[bn * ld + bk] = given.scales[static_cast<std::size_t>(
             problem.trans_b ? bn * grid_k + bk : bk * grid_n + bn)];
   } else {
     std::copy(scales->begin(), scales->end(), weight.scales);

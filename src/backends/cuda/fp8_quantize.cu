@@ -4,13 +4,15 @@
 // elements from registers, longer or strided ones reading the row again from the
 // cache the first read filled. One pass over memory, no atomics, no host
 // synchronization (capturable). The host formula (core/dtype.hpp, cpu_fp8_ref)
-// is the same arithmetic.
+// is the same arithmetic. The per-group form (fp8_quantize_groups.cuh) scales each
+// row's 128-column groups apart, for cuBLASLt's block-scale mode.
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 #include "backends/cuda/cuda_errors.hpp"
 #include "backends/cuda/dtype_dispatch.cuh"
+#include "backends/cuda/fp8_quantize_groups.cuh"
 #include "backends/cuda/fp8_quantize_rows.cuh"
 #include "backends/cuda/kernels.hpp"
 #include "backends/cuda/launch_geometry.cuh"
@@ -47,6 +49,40 @@ void launch_quantize_e4m3_rows(DType dtype, const MatrixView& src, const void* s
       GE2_CUDA_CHECK(launch_dependent(true, kernel, dim3(blocks), dim3(quantize::kRowThreads), 0,
                                       stream, typed, view, out, row_scales,
                                       quantize::RuntimeActivation{static_cast<int>(act)}));
+    }
+  });
+}
+
+void launch_quantize_e4m3_groups(DType dtype, const MatrixView& src, const void* src_data,
+                                 std::uint8_t* dst, float* scales, std::int64_t scale_ld,
+                                 int sm_count, cudaStream_t stream, Activation act) {
+  require(dtype != DType::F32, GE2_ERROR_INTERNAL, "e4m3 quantization takes f16 or bf16");
+  const quantize::View view{src.rows, src.cols, src.row_stride, src.col_stride};
+  const bool vectorized = src.col_stride == 1 && src.cols % quantize::kVector == 0 &&
+                          src.row_stride % quantize::kVector == 0 &&
+                          misalignment_bytes(src_data) == 0 && misalignment_bytes(dst) % 8 == 0;
+  constexpr int groups_per_block = quantize::kGroupThreads / quantize::kGroupLanes;
+  const long long groups = src.rows * ((src.cols + kFp8ScaleBlock - 1) / kFp8ScaleBlock);
+  const auto blocks = static_cast<unsigned>(std::clamp<long long>(
+      (groups + groups_per_block - 1) / groups_per_block, 1, 16LL * std::max(1, sm_count)));
+  with_cuda_type(dtype, [&](auto row) {
+    using T = typename decltype(row)::type;
+    if constexpr (!std::is_same_v<T, float>) {
+      const auto* typed = static_cast<const T*>(src_data);
+      auto* out = reinterpret_cast<__nv_fp8_storage_t*>(dst);
+      if (vectorized) {
+        visit_activation(act, [&](auto functor) {
+          GE2_CUDA_CHECK(launch_dependent(true, quantize::groups_kernel<T, true, decltype(functor)>,
+                                          dim3(blocks), dim3(quantize::kGroupThreads), 0, stream,
+                                          typed, view, out, scales,
+                                          static_cast<long long>(scale_ld), functor));
+        });
+        return;
+      }
+      GE2_CUDA_CHECK(launch_dependent(
+          true, quantize::groups_kernel<T, false, quantize::RuntimeActivation>, dim3(blocks),
+          dim3(quantize::kGroupThreads), 0, stream, typed, view, out, scales,
+          static_cast<long long>(scale_ld), quantize::RuntimeActivation{static_cast<int>(act)}));
     }
   });
 }

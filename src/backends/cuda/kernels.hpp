@@ -51,6 +51,14 @@ void launch_quantize_e4m3_rows(DType dtype, const MatrixView& src, const void* s
                                std::uint8_t* dst, float* row_scales, int sm_count,
                                cudaStream_t stream, Activation act = Activation::None);
 
+// The same with one scale per row and kFp8ScaleBlock columns (lt_fp8_e4m3 on a
+// weight given with 128 x 128 block scales: cuBLASLt's VEC128_32F mode): group j of
+// row i is scaled by its own amax, and scales[j * scale_ld + i] gets amax / 448.
+void launch_quantize_e4m3_groups(DType dtype, const MatrixView& src, const void* src_data,
+                                 std::uint8_t* dst, float* scales, std::int64_t scale_ld,
+                                 int sm_count, cudaStream_t stream,
+                                 Activation act = Activation::None);
+
 // Tiles of the fallback kernel, exported for the plan text.
 inline constexpr int kFallbackTileM = 64, kFallbackTileN = 64, kFallbackTileK = 16;
 

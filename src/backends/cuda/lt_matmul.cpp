@@ -193,10 +193,14 @@ void LtMatmul::set_scale_pointers(const float* first, const float* second) {
   }
 }
 
-void LtMatmul::set_scale_mode(cublasLtMatmulMatrixScale_t mode) {
-  const auto value = static_cast<std::int32_t>(mode);
-  for (auto attribute : {CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_DESC_B_SCALE_MODE})
-    GE2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_.get(), attribute, &value, sizeof(value)));
+void LtMatmul::set_scale_modes(cublasLtMatmulMatrixScale_t first,
+                               cublasLtMatmulMatrixScale_t second) {
+  const auto first_value = static_cast<std::int32_t>(first);
+  const auto second_value = static_cast<std::int32_t>(second);
+  GE2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_.get(), CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                                  &first_value, sizeof(first_value)));
+  GE2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_.get(), CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                  &second_value, sizeof(second_value)));
 }
 
 void LtMatmul::run(const cublasLtMatmulAlgo_t& algo, const LtPointers& ptr, void* workspace,

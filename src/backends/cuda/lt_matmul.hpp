@@ -56,11 +56,13 @@ class LtMatmul {
   // lt_fp8_e4m3: device pointers to the dequantization scales of cuBLASLt's first
   // operand (ge2's B) and second (ge2's A); set before run() when they change.
   void set_scale_pointers(const float* first, const float* second);
-  // How cuBLASLt reads both operands' scales: one float each (the default, what
-  // lt_fp8_e4m3 runs) or CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, one float
-  // per row of each operand (N for the first, M for the second). Set before
-  // heuristic(): the algorithms depend on it.
-  void set_scale_mode(cublasLtMatmulMatrixScale_t mode);
+  // How cuBLASLt reads both operands' scales: one float each (the default),
+  // CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, one float per row of each operand (N
+  // for the first, M for the second: lt_fp8_e4m3), or for the first and the second
+  // apart (BLK128x128_32F and VEC128_32F: lt_fp8_e4m3 on a block-scaled weight). Set
+  // before heuristic(): the algorithms depend on it.
+  void set_scale_mode(cublasLtMatmulMatrixScale_t mode) { set_scale_modes(mode, mode); }
+  void set_scale_modes(cublasLtMatmulMatrixScale_t first, cublasLtMatmulMatrixScale_t second);
 
   // The activation runs in a separate kernel (cuBLASLt has no erf-GELU epilogue).
   bool needs_separate_activation() const { return separate_activation_; }

@@ -149,7 +149,8 @@ void launch_skinny_gemm(const GemmProblem& pr, const void* a, const void* b, con
             pr.b_scale_block_n, pr.b_scale_block_k, pr);
     p.b_scale_block_n = static_cast<int>(pr.b_scale_block_n);
     p.b_scale_block_k = static_cast<int>(pr.b_scale_block_k);
-    p.b_scale_ld = static_cast<int>((pr.k + pr.b_scale_block_k - 1) / pr.b_scale_block_k);
+    p.b_scale_ld =
+        static_cast<int>(fp8_scale_ld((pr.k + pr.b_scale_block_k - 1) / pr.b_scale_block_k));
     while ((kSkinnyFp8StepK << p.b_scale_step_shift) < pr.b_scale_block_k) ++p.b_scale_step_shift;
   }
   if (launch.k_splits > 1) {
