@@ -770,13 +770,17 @@ TEST_CASE("weights given with block scales: the weight-only row reads the blocks
     Graph graph;
     std::vector<float> wg_scales, wu_scales, w2_scales;
   };
-  auto build = [&](std::int64_t tokens, std::int64_t block_k, std::int64_t block_n = 64) {
+  // h, i: hidden and intermediate sizes (0: the case's).
+  auto build = [&](std::int64_t tokens, std::int64_t block_k, std::int64_t block_n = 64,
+                   std::int64_t h = 0, std::int64_t i = 0) {
+    if (h == 0) h = hidden;
+    if (i == 0) i = inter;
     Built b;
     const ValueId vx =
-        test::add_input(b.graph, "x", TensorType::dense(DType::F16, 2, {tokens, hidden, 0}));
-    const auto wg = block_constant(b.graph, "wg", inter, hidden, block_n, block_k);
-    const auto wu = block_constant(b.graph, "wu", inter, hidden, block_n, block_k);
-    const auto w2 = block_constant(b.graph, "w2", hidden, inter, block_n, block_k);
+        test::add_input(b.graph, "x", TensorType::dense(DType::F16, 2, {tokens, h, 0}));
+    const auto wg = block_constant(b.graph, "wg", i, h, block_n, block_k);
+    const auto wu = block_constant(b.graph, "wu", i, h, block_n, block_k);
+    const auto w2 = block_constant(b.graph, "w2", h, i, block_n, block_k);
     b.wg_scales = wg.second, b.wu_scales = wu.second, b.w2_scales = w2.second;
     Node gated;
     gated.kind = OpKind::Mul;
@@ -877,36 +881,53 @@ TEST_CASE("weights given with block scales: the weight-only row reads the blocks
           std::string::npos);
   }
 
-  // In 128 x 128 blocks, lt_fp8_e4m3 takes the down projection (K = 192 ends inside
-  // its second block) in cuBLASLt's block-scale mode, A per row and 128 k (forced here:
-  // the model prefers 16 bits at this size), and the emulation (cpu_fp8_ref) passes the
-  // gate. The joined gate/up weight (K = 128, one block) is read per output channel:
-  // its halves' grids do not join on a block boundary (192 rows), and they do not vary
-  // along K.
+  // In 128 x 128 blocks, lt_fp8_e4m3 takes them in cuBLASLt's block-scale mode, A per
+  // row and 128 k (forced here: the model prefers 16 bits at this size), and the emulation
+  // (cpu_fp8_ref) passes the gate. Hidden 512, intermediate 640 (five blocks, so the
+  // gate/up halves join on a block boundary into one grid); the down projection's K = 640
+  // is not a multiple of 512, which the mode refuses until its layouts are probed.
   auto blocked = std::make_shared<RefusingBackend>(8);
   blocked->offered = wide->offered;
   blocked->refused = KernelId::CpuRef;
+  const auto blocked_text = nlohmann::json::parse(
+      compile_plan(blocked, build(64, 128, 128, 512, 640).graph, fp8)->description());
+  const auto blocked_selections = selections(blocked_text);
+  REQUIRE(blocked_selections.size() == 2);
+  CHECK(blocked_selections[1]["candidates"].dump().find(
+            "the block-scale mode takes K a multiple of 512 (the weight's scale grid), K = 640") !=
+        std::string::npos);
   CompileOptions forced = fp8;
   forced.policy.forced = KernelId::LtFp8E4M3;
-  const auto blocked_text = nlohmann::json::parse(
-      compile_plan(blocked, build(64, 128, 128).graph, forced)->description());
-  for (const auto& selection : selections(blocked_text))
-    CHECK(selection["kernel"] == "lt_fp8_e4m3");
-  const auto& layers = blocked_text["fp8"]["layers"];
+  auto square = std::make_shared<RefusingBackend>(8);
+  square->offered = wide->offered;
+  square->refused = KernelId::CpuRef;
+  const auto square_text = nlohmann::json::parse(
+      compile_plan(square, build(64, 128, 128, 512, 512).graph, forced)->description());
+  for (const auto& selection : selections(square_text)) CHECK(selection["kernel"] == "lt_fp8_e4m3");
+  const auto& layers = square_text["fp8"]["layers"];
   REQUIRE(layers.size() == 2);
-  for (const auto& layer : layers) CHECK(layer["decision"] == "kept");
-  CHECK(layers[0]["scales"].get<std::string>().find("per row of the activation") !=
-        std::string::npos);
-  CHECK(layers[1]["scales"].get<std::string>().find(
-            "one scale per 128x128 block of the weight as stored); per row and 128 columns of "
-            "the activation") != std::string::npos);
-  REQUIRE(blocked->prepared.size() == 2);
-  CHECK_FALSE(fp8_block_scaled(blocked->prepared[0].problem));
-  CHECK(fp8_weight_scale_count(blocked->prepared[0].problem) == 2 * inter);
-  CHECK(fp8_block_scaled(blocked->prepared[1].problem));
-  CHECK(fp8_weight_scale_count(blocked->prepared[1].problem) == 1 * fp8_scale_ld(2));
-  // The scratch holds A's codes and its scales per row and k block, rows padded to 4.
-  const GemmProblem& w2 = blocked->prepared[1].problem;
-  CHECK(fp8_scratch_bytes(w2, true) == fp8_scales_bytes(fp8_scale_ld(64) * 2) +
-                                           fp8_operand_bytes(64, w2.k) - fp8_scales_bytes(64));
+  for (const auto& layer : layers) {
+    CHECK(layer["decision"] == "kept");
+    CHECK(layer["scales"].get<std::string>().find(
+              "one scale per 128x128 block of the weight as stored); per row and 128 columns of "
+              "the activation") != std::string::npos);
+  }
+  REQUIRE(square->prepared.size() == 2);
+  const GemmProblem& joined_blocks = square->prepared[0].problem;
+  CHECK(fp8_block_scaled(joined_blocks));
+  CHECK(joined_blocks.n == 1024);
+  CHECK(fp8_weight_scale_count(joined_blocks) == 8 * fp8_scale_ld(4));
+  // The scratch holds A's codes and its scales per row and k block.
+  CHECK(fp8_scratch_bytes(joined_blocks, true) ==
+        fp8_scales_bytes(64 * 4) + fp8_operand_bytes(64, 512) - fp8_scales_bytes(64));
+  // 62 tokens: not a multiple of 4, refused naming M.
+  auto odd = std::make_shared<RefusingBackend>(8);
+  odd->offered = wide->offered;
+  odd->refused = KernelId::CpuRef;
+  const auto odd_text = nlohmann::json::parse(
+      compile_plan(odd, build(62, 128, 128, 512, 512).graph, fp8)->description());
+  for (const auto& selection : selections(odd_text))
+    CHECK(selection["candidates"].dump().find(
+              "the block-scale mode takes M a multiple of 4 (A's scales per 128 k), M = 62") !=
+          std::string::npos);
 }

@@ -221,7 +221,7 @@ TEST_CASE(
   // per 128 x 128 block. cpu_fp8_ref emulates it (the weight's value quantized again
   // per block). One group of x's first row and one block of the weight are 300 times
   // the rest: per row or per channel they would push their neighbours into e4m3's
-  // subnormals. N and K end inside a block.
+  // subnormals. N ends inside a block.
   auto context = make_context(GE2_DEVICE_CPU);
   ge2_compile_options_t options;
   GE2_CHECK(ge2_compile_options_init(&options));
@@ -230,10 +230,10 @@ TEST_CASE(
     for (bool trans_b : {true, false}) {
       CAPTURE(dtype);
       CAPTURE(trans_b);
-      QuantizedLayer layer = make_block_quantized_layer(dtype, 9, 296, 400, trans_b, 128, 128);
+      QuantizedLayer layer = make_block_quantized_layer(dtype, 12, 296, 1024, trans_b, 128, 128);
       // Apart along K, so that no product holds both (f16's range).
       layer.weight.scales[0] *= 300.0f;
-      for (std::int64_t j = 384; j < 400; ++j) layer.x.set(j, layer.x.get(j) * 300.0);
+      for (std::int64_t j = 896; j < 1024; ++j) layer.x.set(j, layer.x.get(j) * 300.0);
       GraphPtr graph = quantized_layer_graph(layer);
       const auto [y, plan] = run_layer(context.get(), graph.get(), layer, &options);
       std::string kernel;
@@ -248,12 +248,24 @@ TEST_CASE(
       CHECK(relative_error(y, layer.block_fp8_reference(layer.m, true)) <= tolerance(dtype));
       CHECK(relative_error(y, layer.reference(layer.m)) <= 0.06);
     }
-  // Blocks of another size: the row reads 128 x 128 only, and says so.
-  const QuantizedLayer other = make_block_quantized_layer(GE2_DTYPE_F16, 9, 296, 400, true, 64, 64);
-  GraphPtr graph = quantized_layer_graph(other);
-  const auto [y, plan] = run_layer(context.get(), graph.get(), other, &options);
-  CHECK(plan.dump().find("this row reads blocks of 128x128 only") != std::string::npos);
-  CHECK(relative_error(y, other.reference(other.m)) <= tolerance(GE2_DTYPE_F16));
+  // Blocks of another size, M not a multiple of 4, K not one of 512: refused, naming why,
+  // and the 16-bit reference loop reads the value.
+  struct Refused {
+    std::int64_t m, k, block;
+    const char* reason;
+  };
+  for (const Refused r :
+       {Refused{12, 1024, 64, "this row reads blocks of 128x128 only"},
+        Refused{9, 1024, 128, "takes M a multiple of 4 (A's scales per 128 k), M = 9"},
+        Refused{12, 400, 128, "takes K a multiple of 512 (the weight's scale grid), K = 400"}}) {
+    CAPTURE(r.reason);
+    const QuantizedLayer other =
+        make_block_quantized_layer(GE2_DTYPE_F16, r.m, 296, r.k, true, r.block, r.block);
+    GraphPtr graph = quantized_layer_graph(other);
+    const auto [y, plan] = run_layer(context.get(), graph.get(), other, &options);
+    CHECK(plan.dump().find(r.reason) != std::string::npos);
+    CHECK(relative_error(y, other.reference(other.m)) <= tolerance(GE2_DTYPE_F16));
+  }
 }
 
 TEST_CASE("block quantized constant: each element is its code times its own block's scale") {

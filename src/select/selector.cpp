@@ -57,6 +57,8 @@ std::string dtype_rule(const KernelInfo& kernel, const GemmProblem& problem,
     if (!fp8_block_scaled(problem))
       return fmt::format("{}; this row reads blocks of {}x{} only (cuBLASLt's block-scale mode)",
                          given, kFp8ScaleBlock, kFp8ScaleBlock);
+    if (const std::string layout = fp8_block_mode_problem(problem); !layout.empty())
+      return given + "; " + layout;
   }
   return "";
 }
@@ -268,6 +270,19 @@ std::size_t fp8_scratch_bytes(const GemmProblem& problem, bool b_prepared) {
 
 bool fp8_block_scaled(const GemmProblem& problem) {
   return problem.b_scale_block_n == kFp8ScaleBlock && problem.b_scale_block_k == kFp8ScaleBlock;
+}
+
+std::string fp8_block_mode_problem(const GemmProblem& problem) {
+  const GemmProblem p = fold_batch_into_m(problem);
+  if (p.m % 4 != 0)
+    return fmt::format(
+        "the block-scale mode takes M a multiple of 4 (A's scales per 128 k), M = {}", p.m);
+  if (p.k % (4 * kFp8ScaleBlock) != 0)
+    return fmt::format(
+        "the block-scale mode takes K a multiple of {} (the weight's scale grid), "
+        "K = {}",
+        4 * kFp8ScaleBlock, p.k);
+  return "";
 }
 
 std::int64_t fp8_a_scale_count(const GemmProblem& problem) {

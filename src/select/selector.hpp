@@ -92,6 +92,14 @@ std::size_t fp8_scratch_bytes(const GemmProblem& problem, bool b_prepared);
 // cuBLASLt's block-scale mode reads (KernelInfo::fp8_block_scales): lt_fp8_e4m3 then
 // quantizes A per row and kFp8ScaleBlock k instead of per row.
 bool fp8_block_scaled(const GemmProblem& problem);
+// Why lt_fp8_e4m3's block-scale mode cannot run such a problem, empty when it can: M (a
+// folded batch included) a multiple of 4 and K of 4 x 128. Where they are, the rows of
+// A's scale grid (M) and of the weight's (K blocks) fill 16 bytes, and the layouts the
+// sources on cuBLASLt's VEC128_32F / BLK128x128_32F modes give (PyTorch: rows of
+// exactly M and K / 128 scales; other callers: padded to 4) coincide; the layouts were
+// not yet probed on a device (bench/lt_block_scale_probe answers it). The accuracy
+// gate's calibration (256 rows) could not tell the two apart on A.
+std::string fp8_block_mode_problem(const GemmProblem& problem);
 // The scales of A the FP8 scratch holds: one per row, or on such a problem one per
 // row and k block, (row i, k block j) at j * fp8_scale_ld(M) + i (cuBLASLt's
 // VEC128_32F layout).

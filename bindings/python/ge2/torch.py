@@ -558,7 +558,9 @@ def convert(module: torch.nn.Module, *, tune: str = "cached", graph_replay: bool
     plan per token count, the max_plans most recent kept. FP8 linear modules (an e4m3 weight with
     weight_scale_inv per block_size block, as Hugging Face's FP8Linear of DeepSeek-V3 / Qwen3 FP8
     checkpoints, or weight_scale per output channel or tensor) are read as quantized constants, the
-    codes and scales as stored (Graph.quantized_constant), and x is not quantized; dtype: what the
+    codes and scales as stored (Graph.quantized_constant), and x is not quantized (under allow_fp8,
+    GEMMs on 128 x 128 block-scaled weights may quantize it per row and 128 columns, the modules'
+    own W8A8 recipe, each kept within fp8_max_error: docs/fp8.md); dtype: what the
     module computes in when all its weights are e4m3 (default bfloat16), else its parameters'
     (dtype must then equal it). Raises ge2.InvalidArgumentError naming the first layer or function
     ge2 cannot run."""

@@ -139,57 +139,55 @@ def _hf_fp8_importable():
         pytest.skip(f"SKIPPED: transformers' FP8Linear is not importable here ({type(e).__name__}: {e})")
 
 
+def _hf_fp8_run(tokens, h=1408, **options):
+    """The MLP of _hf_fp8_mlp (hidden 1536, intermediate h: 11 blocks of 128 by default) on
+    `tokens` rows of bfloat16 x, through ge2.torch.convert(module, dynamic=False, **options) and
+    through the module's own forward: (ge2's y, the module's y, fp64 on the dequantized weights,
+    the plan's text)."""
+    import torch.nn.functional as F
+
+    d = 1536
+    module, dequantized = _hf_fp8_mlp(d, h)
+    x = torch.randn(tokens, d, device="cuda", dtype=torch.bfloat16)
+    xd = x.double()
+    want = (F.silu(xd @ dequantized["gate_proj"].T) * (xd @ dequantized["up_proj"].T)) @ dequantized["down_proj"].T
+    converted = gt.convert(module, dynamic=False, **options)  # all weights e4m3: bfloat16
+    with torch.no_grad():
+        got = converted(x)
+        own = module(x)
+    return got, own, want, next(iter(converted._plans.values())).describe()
+
+
+def gemm_kernels(described):
+    return [s["kernel"]["name"] for s in described["steps"] if "selection" in s]
+
+
 def test_hf_fp8linear_mlp_reads_the_checkpoint_numbers():
     """transformers' own FP8Linear (DeepSeek-V3 / Qwen3 FP8 checkpoints: e4m3 weights, a scale per
     128 x 128 block in weight_scale_inv) in a Qwen3-style MLP: ge2 reads the codes and scales as
     stored and, keeping x in 16 bits, is as close to fp64 on weight * scale as bfloat16 allows;
     the module's own forward (Triton, x quantized per 128 elements too: W8A8) is within its FP8
-    bound of the same reference, which shows both read the attributes alike."""
+    bound of the same reference, which shows both read the attributes alike. Every GEMM has
+    columns enough for cuda_skinny_fp8w's grid (run 32d: with d = 512 the down projection's 32
+    column tiles gave half an H100 no block, and it ran lt_bf16 as the selector's rule says)."""
     _hf_fp8_importable()
-    import torch.nn.functional as F
-
-    # 11 blocks of 128 along the intermediate size; every GEMM with columns enough for
-    # cuda_skinny_fp8w's grid (run 32d: with d = 512 the down projection's 32 column tiles
-    # gave half an H100 no block, and it ran lt_bf16 as the selector's rule says).
-    d, h = 1536, 1408
-    module, dequantized = _hf_fp8_mlp(d, h)
-    x = torch.randn(8, d, device="cuda", dtype=torch.bfloat16)
-    xd = x.double()
-    want = (F.silu(xd @ dequantized["gate_proj"].T) * (xd @ dequantized["up_proj"].T)) @ dequantized["down_proj"].T
-    converted = gt.convert(module, dynamic=False)  # all weights e4m3: bfloat16, the checkpoints' dtype
-    with torch.no_grad():
-        got = converted(x)
-        own = module(x)
+    got, own, want, described = _hf_fp8_run(8)
     assert rel_error(got, want) <= 2e-2
     assert rel_error(own, want) <= 0.1
-    plan = next(iter(converted._plans.values()))
-    kernels = [s["kernel"]["name"] for s in plan.describe()["steps"] if "selection" in s]
+    kernels = gemm_kernels(described)
     assert kernels and all(k == "cuda_skinny_fp8w" for k in kernels), kernels
 
 
 def test_hf_fp8linear_mlp_prefill_under_allow_fp8_computes_the_modules_w8a8(monkeypatch):
-    """The same MLP at 256 tokens under allow_fp8, every GEMM forced onto lt_fp8_e4m3: x is
-    quantized per row and 128 columns and cuBLASLt's block-scale mode reads the checkpoint's
-    128 x 128 scales (the joined gate/up weight's grids meet on a block boundary, 1408 = 11 x 128),
-    which is the recipe the module's own Triton forward runs: the two agree far closer than
-    either is to fp64."""
+    """The same MLP (intermediate 2048: the block-scale mode takes K a multiple of 512) at 256
+    tokens under allow_fp8, every GEMM forced onto lt_fp8_e4m3: x is quantized per row and 128
+    columns and cuBLASLt's block-scale mode reads the checkpoint's 128 x 128 scales (the joined
+    gate/up weight's grids meet on a block boundary), which is the recipe the module's own Triton
+    forward runs: the two agree far closer than either is to fp64."""
     _hf_fp8_importable()
-    import torch.nn.functional as F
-
-    d, h = 1536, 1408
-    module, dequantized = _hf_fp8_mlp(d, h)
-    x = torch.randn(256, d, device="cuda", dtype=torch.bfloat16)
-    xd = x.double()
-    want = (F.silu(xd @ dequantized["gate_proj"].T) * (xd @ dequantized["up_proj"].T)) @ dequantized["down_proj"].T
     monkeypatch.setenv("GE2_FORCE_KERNEL", "lt_fp8_e4m3")
-    converted = gt.convert(module, dynamic=False, allow_fp8=True)
-    with torch.no_grad():
-        got = converted(x)
-        own = module(x)
-    plan = next(iter(converted._plans.values()))
-    described = plan.describe()
-    kernels = [s["kernel"]["name"] for s in described["steps"] if "selection" in s]
-    assert kernels == ["lt_fp8_e4m3", "lt_fp8_e4m3"], kernels
+    got, own, want, described = _hf_fp8_run(256, h=2048, allow_fp8=True)
+    assert gemm_kernels(described) == ["lt_fp8_e4m3", "lt_fp8_e4m3"], gemm_kernels(described)
     for step in described["steps"]:
         if "selection" in step:
             assert "BLK128x128_32F" in step["kernel"]["scales"], step["kernel"]
