@@ -258,13 +258,20 @@ std::size_t fp8_scales_bytes(std::int64_t rows) {
   return round_up_256(4.0 * static_cast<double>(rows));
 }
 
+namespace {
+// `scale_count` scales, then the rows x k e4m3 codes, each part on a 256-byte boundary.
+std::size_t scaled_operand_bytes(std::int64_t scale_count, std::int64_t rows, std::int64_t k) {
+  return fp8_scales_bytes(scale_count) + round_up_256(static_cast<double>(rows) * k);
+}
+}  // namespace
+
 std::size_t fp8_operand_bytes(std::int64_t rows, std::int64_t k) {
-  return fp8_scales_bytes(rows) + round_up_256(static_cast<double>(rows) * k);
+  return scaled_operand_bytes(rows, rows, k);
 }
 
 std::size_t fp8_scratch_bytes(const GemmProblem& problem, bool b_prepared) {
   const GemmProblem p = fold_batch_into_m(problem);
-  return fp8_scales_bytes(fp8_a_scale_count(p)) + round_up_256(static_cast<double>(p.m) * p.k) +
+  return scaled_operand_bytes(fp8_a_scale_count(p), p.m, p.k) +
          (b_prepared ? 0 : fp8_operand_bytes(p.n, p.k));
 }
 
@@ -273,6 +280,7 @@ bool fp8_block_scaled(const GemmProblem& problem) {
 }
 
 std::string fp8_block_mode_problem(const GemmProblem& problem) {
+  if (!fp8_block_scaled(problem)) return "";
   const GemmProblem p = fold_batch_into_m(problem);
   if (p.m % 4 != 0)
     return fmt::format(
@@ -297,8 +305,7 @@ std::int64_t fp8_weight_scale_count(const GemmProblem& problem) {
 }
 
 std::size_t fp8_weight_bytes(const GemmProblem& problem) {
-  return fp8_scales_bytes(fp8_weight_scale_count(problem)) +
-         round_up_256(static_cast<double>(problem.n) * problem.k);
+  return scaled_operand_bytes(fp8_weight_scale_count(problem), problem.n, problem.k);
 }
 
 GemmProblem with_rows(const GemmProblem& problem, std::int64_t rows) {

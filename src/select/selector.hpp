@@ -92,8 +92,9 @@ std::size_t fp8_scratch_bytes(const GemmProblem& problem, bool b_prepared);
 // cuBLASLt's block-scale mode reads (KernelInfo::fp8_block_scales): lt_fp8_e4m3 then
 // quantizes A per row and kFp8ScaleBlock k instead of per row.
 bool fp8_block_scaled(const GemmProblem& problem);
-// Why lt_fp8_e4m3's block-scale mode cannot run such a problem, empty when it can: M (a
-// folded batch included) a multiple of 4 and K of 4 x 128. Where they are, the rows of
+// Why lt_fp8_e4m3's block-scale mode cannot run such a problem, empty when it can (or
+// when the problem is not block-scaled): M (a folded batch included) a multiple of 4
+// and K of 4 x 128. Where they are, the rows of
 // A's scale grid (M) and of the weight's (K blocks) fill 16 bytes, and the layouts the
 // sources on cuBLASLt's VEC128_32F / BLK128x128_32F modes give (PyTorch: rows of
 // exactly M and K / 128 scales; other callers: padded to 4) coincide; the layouts were

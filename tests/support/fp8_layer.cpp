@@ -22,22 +22,6 @@ std::array<double, 127> e4m3_values() {
   return values;
 }
 
-// Row-wise e4m3 rounding of a rows x cols row-major matrix as ge2 documents it:
-// each row x * (448 / amax_row) in float, rounded; returns the rows' amax / 448.
-std::vector<double> round_rows(std::vector<double>& values, std::int64_t rows, std::int64_t cols) {
-  std::vector<double> scales;
-  for (std::int64_t i = 0; i < rows; ++i) {
-    const auto first = values.begin() + i * cols, last = first + cols;
-    float amax = 0.0f;
-    for (auto v = first; v != last; ++v) amax = std::max(amax, static_cast<float>(std::fabs(*v)));
-    const float multiplier = amax == 0.0f ? 1.0f : 448.0f / amax;
-    for (auto v = first; v != last; ++v)
-      *v = round_to_e4m3_oracle(static_cast<float>(*v) * multiplier);
-    scales.push_back(amax == 0.0f ? 1.0 : static_cast<double>(amax) / 448.0);
-  }
-  return scales;
-}
-
 }  // namespace
 
 double round_to_e4m3_oracle(double value) {
@@ -56,8 +40,10 @@ double round_to_e4m3_oracle(double value) {
   return std::signbit(value) ? -rounded : rounded;
 }
 
-void round_blocks_to_e4m3(std::vector<double>& values, std::int64_t rows, std::int64_t cols,
-                          std::int64_t block_rows, std::int64_t block_cols) {
+std::vector<double> round_blocks_to_e4m3(std::vector<double>& values, std::int64_t rows,
+                                         std::int64_t cols, std::int64_t block_rows,
+                                         std::int64_t block_cols, bool multiply_back) {
+  std::vector<double> scales;
   for (std::int64_t i0 = 0; i0 < rows; i0 += block_rows)
     for (std::int64_t j0 = 0; j0 < cols; j0 += block_cols) {
       const std::int64_t i1 = std::min(rows, i0 + block_rows), j1 = std::min(cols, j0 + block_cols);
@@ -66,13 +52,16 @@ void round_blocks_to_e4m3(std::vector<double>& values, std::int64_t rows, std::i
         for (std::int64_t j = j0; j < j1; ++j)
           amax = std::max(amax, static_cast<float>(std::fabs(values[i * cols + j])));
       const float multiplier = amax == 0.0f ? 1.0f : 448.0f / amax;
-      const double scale = amax == 0.0f ? 1.0 : static_cast<double>(amax / 448.0f);
+      const double scale = amax == 0.0f ? 1.0 : static_cast<double>(amax) / 448.0;
       for (std::int64_t i = i0; i < i1; ++i)
         for (std::int64_t j = j0; j < j1; ++j) {
           double& v = values[i * cols + j];
-          v = round_to_e4m3_oracle(static_cast<float>(v) * multiplier) * scale;
+          v = round_to_e4m3_oracle(static_cast<float>(v) * multiplier) *
+              (multiply_back ? scale : 1.0);
         }
+      scales.push_back(scale);
     }
+  return scales;
 }
 
 std::string Fp8LayerCase::label() const {
@@ -166,8 +155,8 @@ Fp8Layer::Errors Fp8Layer::run(Memory& memory, std::int64_t rows) {
   std::vector<double> xs = dense_values(x, 0, false, rows, c.k),
                       ws = dense_values(w, 0, !c.nn_linear_weight, c.n, c.k);
   std::vector<double> xq = xs, wq = ws;
-  const std::vector<double> x_scales = round_rows(xq, rows, c.k),
-                            w_scales = round_rows(wq, c.n, c.k);
+  const std::vector<double> x_scales = round_blocks_to_e4m3(xq, rows, c.k, 1, c.k, false),
+                            w_scales = round_blocks_to_e4m3(wq, c.n, c.k, 1, c.k, false);
   const std::vector<double> ones(static_cast<std::size_t>(std::max(rows, c.n)), 1.0);
   auto layer = [&](const std::vector<double>& a, const std::vector<double>& b,
                    const std::vector<double>& a_scales, const std::vector<double>& b_scales) {

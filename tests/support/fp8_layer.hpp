@@ -61,9 +61,10 @@ struct Fp8Layer {
 double round_to_e4m3_oracle(double value);
 // Each block of block_rows x block_cols of a rows x cols row-major matrix rounded
 // to e4m3 through its own scale as docs/fp8.md documents it (x * (448 / amax) in
-// float, then the test's own rounding) and multiplied back by amax / 448: the
-// values a GEMM on the block-scaled copy reads.
-void round_blocks_to_e4m3(std::vector<double>& values, std::int64_t rows, std::int64_t cols,
-                          std::int64_t block_rows, std::int64_t block_cols);
-
+// float, then the test's own rounding); with `multiply_back` each element is then
+// multiplied by its block's scale amax / 448 (the values a GEMM on the block-scaled
+// copy reads). Returns the scales, row-major by block row.
+std::vector<double> round_blocks_to_e4m3(std::vector<double>& values, std::int64_t rows,
+                                         std::int64_t cols, std::int64_t block_rows,
+                                         std::int64_t block_cols, bool multiply_back);
 }  // namespace ge2::test

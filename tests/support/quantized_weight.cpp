@@ -122,7 +122,7 @@ std::vector<double> QuantizedLayer::block_fp8_reference(std::int64_t rows,
   const std::int64_t k = x.shape[1];
   std::vector<double> xv(static_cast<std::size_t>(rows * k));
   for (std::int64_t i = 0; i < rows * k; ++i) xv[static_cast<std::size_t>(i)] = x.get(i);
-  round_blocks_to_e4m3(xv, rows, k, 1, 128);
+  round_blocks_to_e4m3(xv, rows, k, 1, 128, true);
   HostTensor xq = make_tensor(GE2_DTYPE_F32, {rows, k});
   for (std::int64_t i = 0; i < rows * k; ++i) xq.set(i, xv[static_cast<std::size_t>(i)]);
   HostTensor w = weight.value();
@@ -133,7 +133,7 @@ std::vector<double> QuantizedLayer::block_fp8_reference(std::int64_t rows,
       stored.set(static_cast<std::int64_t>(i), w.get(static_cast<std::int64_t>(i)));
       wv[i] = stored.get(static_cast<std::int64_t>(i));
     }
-    round_blocks_to_e4m3(wv, weight.rows, weight.cols, 128, 128);
+    round_blocks_to_e4m3(wv, weight.rows, weight.cols, 128, 128, true);
     for (std::size_t i = 0; i < wv.size(); ++i) w.set(static_cast<std::int64_t>(i), wv[i]);
   }
   GemmRef attrs;

@@ -503,10 +503,8 @@ void gemm_fp8(const GemmProblem& p, const void* a, const void* b, const void* c,
   // A batch that folds into M is one matrix, as on the device.
   const GemmProblem folded = fold_batch_into_m(p);
   require(folded.batch == 1, GE2_ERROR_UNSUPPORTED, "cpu_fp8_ref: {}", fp8_layout_problem(p));
-  if (fp8_block_scaled(folded)) {
-    const std::string block_mode = fp8_block_mode_problem(folded);
-    require(block_mode.empty(), GE2_ERROR_UNSUPPORTED, "cpu_fp8_ref: {}", block_mode);
-  }
+  const std::string block_mode = fp8_block_mode_problem(folded);
+  require(block_mode.empty(), GE2_ERROR_UNSUPPORTED, "cpu_fp8_ref: {}", block_mode);
   gemm_impl(folded, a, b, c, bias, d, true, threads);
 }
 

@@ -62,10 +62,8 @@ class Fp8GemmStep final : public Step {
     require(slots.scratch >= 0, GE2_ERROR_INTERNAL, "lt_fp8_e4m3: the plan gave no scratch slot");
     require(!block_scaled_ || slots.b_prepared >= 0, GE2_ERROR_INTERNAL,
             "lt_fp8_e4m3: a block-scaled weight without its prepared copy");
-    if (block_scaled_) {
-      const std::string block_mode = fp8_block_mode_problem(problem_);
-      require(block_mode.empty(), GE2_ERROR_UNSUPPORTED, "lt_fp8_e4m3: {}", block_mode);
-    }
+    const std::string block_mode = fp8_block_mode_problem(problem_);
+    require(block_mode.empty(), GE2_ERROR_UNSUPPORTED, "lt_fp8_e4m3: {}", block_mode);
     // The algorithm is cuBLASLt's heuristic choice (the tuner does not time FP8 rows
     // yet), asked for with the scale modes and scale pointers set, as every run has
     // them: stand-in aligned addresses that the query does not read; run() sets the
