@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the H200 through the device tool (see docs/gpu-validation.md):
-#   scripts/gpu-check.sh [tests|activations|cutlass|epilogue|reliability|wheels|sanitize|tune|notebook|profile|dynamic|fp8|gated|ffn|torch|skinny|elementwise|bench|all]...
+#   scripts/gpu-check.sh [tests|activations|cutlass|epilogue|reliability|wheels|sanitize|tune|notebook|profile|dynamic|fp8|fp8-block|gated|ffn|torch|skinny|elementwise|bench|all]...
 # Uses the build folder made on the development machine (build-gpu, carried;
 # the device lacks sqlite3.h), runs the gpu-labelled tests, the sample, the
 # sanitizers and the benchmarks, and prints a short table last. Logs go to $OUT.
@@ -240,6 +240,30 @@ for mode in $modes; do
       --gemm 16 4096 11008 > "$OUT/fp8_decode.log" 2>&1
     note "fp8 decode blocks: exit $? ($(grep -c 'tokens\|GEMM' "$OUT/fp8_decode.log") rows)"
     kill $clocks_pid 2>/dev/null
+    ;;&
+  fp8-block | all)
+    # lt_fp8_e4m3's block-scale mode on weights given in 128 x 128 blocks: which scale layouts
+    # and epilogues cuBLASLt takes and its speed (bench/lt_block_scale_probe; built on request:
+    # --target lt_block_scale_probe), the GPU cases (also under memcheck), the prefill test against
+    # transformers' own FP8Linear (build-tf carried), and the checkpoint blocks under allow_fp8.
+    [ -x "$BUILD/bench/lt_block_scale_probe" ] && timeout 200 "$BUILD/bench/lt_block_scale_probe" \
+      layouts epilogues timing > "$OUT/lt_block_scale_probe.log" 2>&1
+    note "block-scale probe: exit $? (lt_block_scale_probe.log)"
+    gpu_cases fp8_block 'gpu fp8: weights given*,gpu fp8: cuda_skinny_fp8w*' 'gpu fp8: weights given*'
+    tf_tar=${GE2_TRANSFORMERS_TAR:-$ROOT/build-tf/transformers.tar.xz}
+    if [ -f "$tf_tar" ]; then
+      tf_dir=$(mktemp -d) && tar xJf "$tf_tar" -C "$tf_dir"
+      GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$tf_dir/transformers-4.57.1 \
+        timeout 300 python3 -m pytest -q -rs -k hf_fp8linear "$ROOT/bindings/python/tests/test_transformers.py" \
+        > "$OUT/pytest_fp8linear.log" 2>&1
+      note "transformers FP8Linear: $(tail -1 "$OUT/pytest_fp8linear.log")"
+    else
+      note "transformers FP8Linear: SKIPPED ($tf_tar not carried)"
+    fi
+    GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python PYTHONUNBUFFERED=1 \
+      timeout "${FP8_BLOCK_TIMEOUT:-300}" python3 "$ROOT/bench/fp8_checkpoint.py" --out "$OUT" --scales block \
+      --allow-fp8 ${FP8_BLOCK_ARGS:---inter 11008 12288 --tokens 16 512 2048 4096} > "$OUT/fp8_checkpoint.log" 2>&1
+    note "fp8 checkpoint blocks: exit $? (fp8_checkpoint.log)"
     ;;&
   gated | all)
     # The gated epilogue: its GPU cases, the same under memcheck, and the
