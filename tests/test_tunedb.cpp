@@ -1,6 +1,7 @@
 // The tuning database on the CPU: schema and migration, upsert rules, key
 // encoding and bucketing, JSON round trip, bad files, and many processes.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -9,8 +10,10 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -356,6 +359,49 @@ TEST_CASE("tunedb: a file ge2 does not recognise is refused and left byte for by
     CHECK(file_bytes(path) == before);
     CHECK_FALSE(std::filesystem::exists(path + "-wal"));
   }
+}
+
+TEST_CASE("tunedb: a FIFO, a directory or a device as the path is refused without blocking") {
+  const std::filesystem::path dir = test::scratch_subdir("not-regular");
+  const std::string fifo = (dir / "fifo.sqlite").string();
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string directory = (dir / "directory.sqlite").string();
+  std::filesystem::create_directory(directory);
+  struct Case {
+    std::string path;
+    const char* kind;
+  };
+  // Opening a FIFO for reading waits for a writer: each open runs aside, and on
+  // a hang the write end is opened until the reader sees end of file.
+  auto without_blocking = [](const std::string& path, auto open) {
+    auto opening = std::async(std::launch::async, open);
+    if (opening.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+      FAIL_CHECK("blocked opening " << path);
+      do ::close(::open(path.c_str(), O_WRONLY | O_NONBLOCK));
+      while (opening.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready);
+    }
+    return opening.get();
+  };
+  for (const Case& c : {Case{fifo, "(a FIFO)"}, Case{directory, "(a directory)"},
+                        Case{"/dev/null", "(a character device)"}}) {
+    CAPTURE(c.path);
+    for (auto mode : {TuneDb::Mode::ReadWrite, TuneDb::Mode::ReadOnly})
+      CHECK_THROWS_WITH_AS(without_blocking(c.path, [&] { TuneDb db(c.path, mode); }),
+                           doctest::Contains(c.kind), Error);
+    // Tuning mode refuses; cached mode degrades to no database.
+    CHECK_THROWS_AS(without_blocking(c.path, [&] { TuneDbAccess tuning(c.path, true); }), Error);
+    const auto [open, errors] = without_blocking(c.path, [&] {
+      TuneDbAccess cached(c.path, false);
+      return std::pair{cached.open(), cached.errors()};
+    });
+    CHECK_FALSE(open);
+    CHECK(errors == 1);
+  }
+  struct stat status {};
+  CHECK((::stat(fifo.c_str(), &status) == 0 && S_ISFIFO(status.st_mode)));
+  CHECK(std::filesystem::is_empty(directory));
+  CHECK(std::distance(std::filesystem::directory_iterator(dir),
+                      std::filesystem::directory_iterator()) == 2);  // nothing left beside them
 }
 
 TEST_CASE("tunedb: new files carry ge2's application id and appear complete or not at all") {

@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "core/error.hpp"
 #include "tunedb/tunedb_path.hpp"
@@ -155,14 +154,46 @@ std::uint32_t big_endian_u32(const unsigned char* bytes) {
          (std::uint32_t{bytes[2]} << 8) | std::uint32_t{bytes[3]};
 }
 
+// Closes a descriptor on scope exit.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() { ::close(fd_); }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+
+ private:
+  int fd_;
+};
+
+const char* file_type_name(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a plain file";
+}
+
+// Opened without blocking and refused unless a regular file: opening a FIFO
+// for reading waits for a writer, so a tuning database path naming one would
+// hang ge2_context_create (and a device or a directory is no database either).
 FileHeader read_file_header(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  require(in.is_open(), GE2_ERROR_TUNEDB, "tunedb: cannot read '{}': {}", path,
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  require(fd >= 0, GE2_ERROR_TUNEDB, "tunedb: cannot read '{}': {}", path, std::strerror(errno));
+  const FileDescriptor file(fd);
+  struct stat status {};
+  require(::fstat(fd, &status) == 0, GE2_ERROR_TUNEDB, "tunedb: cannot read '{}': {}", path,
           std::strerror(errno));
+  require(S_ISREG(status.st_mode), GE2_ERROR_TUNEDB,
+          "tunedb: '{}' is not a ge2 tuning database ({}); ge2 leaves it "
+          "untouched",
+          path, file_type_name(status.st_mode));
   unsigned char header[100] = {};
-  in.read(reinterpret_cast<char*>(header), sizeof header);
+  const ssize_t read = ::pread(fd, header, sizeof header, 0);
   static constexpr char kMagic[] = "SQLite format 3";  // with its terminating NUL: 16 bytes
-  require(in.gcount() == sizeof header && std::memcmp(header, kMagic, sizeof kMagic) == 0,
+  require(read == static_cast<ssize_t>(sizeof header) &&
+              std::memcmp(header, kMagic, sizeof kMagic) == 0,
           GE2_ERROR_TUNEDB,
           "tunedb: '{}' is not a ge2 tuning database (not an SQLite file); ge2 leaves it "
           "untouched",
