@@ -36,6 +36,7 @@ class Recipe:
         self.input_features = ()  # their widths
         self.output = None
         self.dtype = None  # of every constant: the module's
+        self.output_dtype = None  # where the module returns another (a cast up to float32 at its end)
         self.min_rank = 1  # of the output: a parameter [1, w] added to a value makes it at least 2
 
 
@@ -57,8 +58,9 @@ _SUPPORTED = ("nn.Linear, FP8 linear modules (e4m3 weight with weight_scale_inv 
               "one per output channel, or one per block_size block), nn.ReLU, nn.GELU, nn.SiLU, nn.Identity, nn.Dropout (eval), F.linear, F.relu, F.gelu, "
               "F.silu, .relu(), +, - or * (.add, .sub, .mul, also in place) between two values of one shape, "
               "v + c, c * v, v - c, v / c with a number c, + or * with a parameter or buffer of one element or [..., w] (LayerScale), "
-              "x @ w, torch.matmul and torch.mm with a 2-D parameter w (or w.T, w.t()), chunk / split / [..., a:b] "
-              "of a linear layer's output along dim=-1, elementwise code or modules without parameters that "
+              "x @ w, torch.matmul and torch.mm with a 2-D parameter w (or w.T, w.t()), torch.addmm(bias, x, w), "
+              "casts (.float(), .to(dtype), .to(x.dtype), .type_as(x)) to the module's dtype or up to float32, "
+              "chunk / split / [..., a:b] of a linear layer's output along dim=-1, elementwise code or modules without parameters that "
               "compute one of those activations, and modules with a 2-D weight (and 1-D bias) that compute "
               "x @ weight.T + bias or x @ weight + bias (GPT-2's Conv1D)")
 
@@ -95,6 +97,52 @@ def _transposes(node) -> bool:
             node.target == "transpose" and len(node.args) == 3 and set(node.args[1:]) in ({0, 1}, {-1, -2})
     return node.target is torch.t and len(node.args) == 1 or \
         node.target is getattr and len(node.args) == 2 and node.args[1] in ("T", "mT")
+
+
+# Casts: method -> the dtype it casts to (None: given by its arguments, .to and .type; "like":
+# that of its argument's tensor, .type_as).
+_CAST_METHODS = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16,
+                 "double": torch.float64, "to": None, "type": None, "type_as": "like"}
+
+
+def _attribute_of(node, names) -> Optional[str]:
+    """The name among `names` when `node` reads that attribute of a tensor (x.dtype, x.device)."""
+    return node.args[1] if isinstance(node, torch.fx.Node) and node.op == "call_function" and \
+        node.target is getattr and len(node.args) == 2 and node.args[1] in names else None
+
+
+def _cast_of(node):
+    """For a cast (x.float(), x.to(torch.bfloat16), x.to(y.dtype), x.to(y), x.type_as(y), x.to(y.device)):
+    what it casts to, ("dtype", a torch.dtype), ("like", the node whose dtype it takes) or ("same",) for
+    a move to the device the values are on already; None for any other node. Refuses a cast ge2 cannot
+    follow (to a device named in the code, to a dtype given otherwise)."""
+    if node.op != "call_method" or node.target not in _CAST_METHODS or not node.args or \
+            not isinstance(node.args[0], torch.fx.Node):
+        return None
+    fixed = _CAST_METHODS[node.target]
+    if isinstance(fixed, torch.dtype):
+        return ("dtype", fixed) if len(node.args) == 1 and not node.kwargs else None
+    if fixed == "like":
+        return ("like", node.args[1]) if len(node.args) == 2 and not node.kwargs else None
+    found = []
+    for key, a in [(None, a) for a in node.args[1:]] + list(node.kwargs.items()):
+        if key in ("non_blocking", "copy", "memory_format"):
+            continue
+        if isinstance(a, torch.dtype):
+            found.append(("dtype", a))
+        elif _attribute_of(a, ("dtype",)):
+            found.append(("like", a.args[0]))
+        elif _attribute_of(a, ("device",)):
+            found.append(("same",))
+        elif isinstance(a, torch.fx.Node) and key is None and node.target == "to":
+            found.append(("like", a))  # x.to(y): y's dtype (and device)
+        else:
+            raise _refused(f"'{_call_text(node)}' (ge2 follows casts to a dtype, to another value's dtype "
+                           f"or device)", node)
+    dtypes = [c for c in found if c[0] != "same"]
+    if len(dtypes) > 1:
+        raise _refused(f"'{_call_text(node)}'", node)
+    return dtypes[0] if dtypes else ("same",)
 
 
 _IN_PLACE_FUNCTIONS = (operator.iadd, operator.imul, operator.isub, operator.itruediv, torch.relu_)
@@ -387,6 +435,9 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
     aliasing = set()  # nodes that return their operand itself (Identity, eval Dropout, .contiguous())
     piece_of = {}  # a piece cut from a layer's output (a view of it in PyTorch) -> that output's node
     taken = {}  # id of a tensor taken -> (its constant's name, the tensor, kept alive so ids stay unique)
+    casts = {}  # cast node -> what it casts to (_cast_of); read once the module's dtype is known
+    linear_nodes = set()  # nodes a linear step computes: in the module's dtype whatever they read
+    output_node = []  # the node forward returns
 
     def constant(hint, tensor):
         """The name of a host copy of `tensor` among the recipe's constants: one copy per tensor (a
@@ -582,6 +633,7 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
         names = [None if name is None else constant(f"{name}_{start}_{stop}", r.constants[name][start:stop])
                  for name in (weight, bias)]
         out = new_slot(node)
+        linear_nodes.add(node)
         fixed[out] = stop - start
         producer[out] = len(r.steps)
         r.steps.append(("linear", node.name, out, x, *names))
@@ -599,6 +651,7 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
         w = constant(prefix + "_weight", weight)
         b = None if bias is None else constant(prefix + "_bias", bias)
         out = new_slot(node)
+        linear_nodes.add(node)
         fixed[out] = weight.shape[0]
         producer[out] = len(r.steps)
         r.steps.append(("linear", node.name, out, src, w, b))
@@ -635,6 +688,30 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
             # x.relu(), x.add(y), x.mul(y) are the functions F.relu, + and * on their receiver.
             method = node.op == "call_method"
             target = _METHODS.get(node.target) if method else node.target
+            if _attribute_of(node, ("dtype", "device")):  # read by the cast that names it
+                return
+            cast = _cast_of(node)
+            if cast is not None:  # the values it casts; its dtype is checked at the end (casts)
+                casts[node] = cast
+                if node.args[0] in params:
+                    params[node] = params[node.args[0]]
+                else:
+                    slot[node] = value_of(node.args[0], node)
+                    aliasing.add(node)
+                return
+            if target is torch.addmm or method and node.target == "addmm":  # bias + x @ w
+                named = dict(zip(("input", "mat1", "mat2"), node.args), **node.kwargs)
+                if set(named) - {"beta", "alpha"} != {"input", "mat1", "mat2"} or \
+                        named.get("beta", 1) != 1 or named.get("alpha", 1) != 1 or \
+                        named["input"] not in params or named["mat2"] not in params or named["mat1"] in params:
+                    raise _refused(f"'{_call_text(node)}' (ge2 takes torch.addmm(bias, x, w) with parameters bias "
+                                   f"[out] and w [in, out], beta = alpha = 1)", node)
+                w, b = params[named["mat2"]], params[named["input"]]
+                if not isinstance(w, Tensor) or w.dim() != 2:
+                    raise _refused(f"'{_call_text(node)}' with a parameter of shape "
+                                   f"{tuple(getattr(w, 'shape', ()))} (ge2 takes a 2-D one)", node)
+                linear_step(node, named["mat1"], transpose(w), b, node.name)
+                return
             if _transposes(node) and node.args[0] in params:  # w.t(), w.T: a parameter still
                 t = params[node.args[0]]
                 if not isinstance(t, Tensor) or t.dim() != 2:
@@ -738,6 +815,7 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
             if not isinstance(node.args[0], torch.fx.Node):
                 raise _refused("an output that is not one tensor", node)
             r.output = value_of(node.args[0], node)
+            output_node.append(node.args[0])
 
     position = {node: i for i, node in enumerate(traced.graph.nodes)}
     aliases = {}  # node -> the nodes naming one tensor (an in-place step returns its operand)
@@ -764,6 +842,10 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
                                f"'{min(later_whole, key=position.get).name}' reads afterwards", node)
             if not later:
                 continue
+            if any(n in casts for n in group):  # PyTorch copies on a cast that changes the dtype, else aliases
+                raise _refused(f"'{_call_text(node) if node.op != 'call_module' else node.target}' changes in place "
+                               f"a value that is cast (or what it was cast from), which node "
+                               f"'{min(later, key=position.get).name}' reads afterwards", node)
             # An expression read by an earlier one is evaluated through its computation, which the
             # change does not reach; a cut layer's pieces were taken before it.
             if name in expression and (any(u in expression and position[u] < position[node] for u in name.users)
@@ -798,7 +880,35 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
                                            f"{sorted(map(str, dtypes))}; ge2 needs one of float16, bfloat16, "
                                            f"float32 for all (FP8 weights excepted)")
     r.dtype = next(iter(dtypes))
+    r.output_dtype = _cast_dtypes(r.dtype, traced, casts, linear_nodes, params).get(output_node[0])
+    if r.output_dtype == r.dtype:
+        r.output_dtype = None
     return r
+
+
+def _cast_dtypes(native: torch.dtype, traced, casts: dict, linear_nodes: set, params: dict) -> dict:
+    """Each node's dtype in PyTorch: the module's, or float32 where a cast made it so (x.float() in a
+    16-bit module, and what is computed from it until a cast back). ge2 computes such values in the
+    module's dtype, its epilogues in float32 anyway, so a cast up and back costs at most a rounding per
+    step; a cast to any other dtype is refused."""
+    dtype = {}
+    for n in traced.graph.nodes:
+        if n in casts:
+            kind, *what = casts[n]
+            source = what[0] if kind == "like" else n.args[0]
+            to = what[0] if kind == "dtype" else \
+                getattr(params[source], "dtype", native) if source in params else dtype.get(source, native)
+            if to not in (native, torch.float32):
+                raise _refused(f"'{_call_text(n)}', a cast to {to} in a module that computes in {native} (ge2 "
+                               f"follows casts to the module's dtype and up to float32)", n)
+            dtype[n] = to
+        elif n in linear_nodes or n.op in ("placeholder", "get_attr"):
+            dtype[n] = native
+        else:
+            operands = []
+            torch.fx.node.map_arg((n.args, n.kwargs), operands.append)
+            dtype[n] = torch.float32 if any(dtype.get(a) == torch.float32 for a in operands) else native
+    return dtype
 
 
 def build_graph(r: Recipe, tokens: int, dtype: str, dynamic: bool) -> ge2.Graph:

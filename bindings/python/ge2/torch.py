@@ -403,7 +403,7 @@ def _module_forward_op(module_id: int, inputs: list[Tensor]) -> Tensor:
 def _(module_id, inputs):
     module = _lookup(module_id, "ge2.torch.module_forward")
     module._check_inputs(inputs)
-    return inputs[0].new_empty(module.output_shape(inputs[0]))
+    return inputs[0].new_empty(module.output_shape(inputs[0]), dtype=module.output_dtype)
 
 
 class Ge2Module(torch.nn.Module):
@@ -429,6 +429,9 @@ class Ge2Module(torch.nn.Module):
         self._pack = ge2._capi.BindingPacker([ge2._capi.name_address(name) for name in self._names])
         self.out_features = recipe.width[recipe.output]
         self.dtype = recipe.dtype
+        #: The dtype forward returns: the weights' (dtype), or float32 where the module casts its
+        #: result up (the plan's result, cast).
+        self.output_dtype = recipe.output_dtype or recipe.dtype
         self._options = dict(fuse=fuse, allow_tf32=allow_tf32, graph_replay=graph_replay, allow_fp8=allow_fp8,
                              fp8_max_error=fp8_max_error)
         self._tune = tune
@@ -515,7 +518,7 @@ class Ge2Module(torch.nn.Module):
         tokens = x.numel() // self.in_features
         y = x.new_empty(self.output_shape(x))
         if tokens == 0:
-            return y
+            return y.to(self.output_dtype)
         if len(inputs) == 1:
             rows = x if x.is_contiguous() else x.contiguous()
             plan = self.plan_for(rows)
@@ -533,7 +536,7 @@ class Ge2Module(torch.nn.Module):
                                                                 stream))
         else:
             ge2._check(ge2._lib.ge2_plan_execute_packed(plan._handle, bindings, len(self._names), stream))
-        return y
+        return y if self.output_dtype is self.dtype else y.to(self.output_dtype)
 
     def forward(self, *inputs: Tensor) -> Tensor:
         _require_inputs("ge2.torch.Ge2Module", inputs)

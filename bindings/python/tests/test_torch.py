@@ -213,6 +213,29 @@ class ReluSquared(torch.nn.Module):  # Nemotron's MLP: relu(x)² written out
         return self.down_proj(torch.square(F.relu(self.up_proj(x)))) + F.relu(x) ** 2
 
 
+class MixedPrecision(torch.nn.Module):  # activations computed in float32, as mixed-precision code writes
+    def __init__(self, d, h):
+        super().__init__()
+        self.gate, self.up, self.down = (torch.nn.Linear(d, h), torch.nn.Linear(d, h, bias=False),
+                                         torch.nn.Linear(h, d))
+
+    def forward(self, x):
+        gate = self.gate(x).float()
+        hidden = (F.silu(gate) * self.up(x).float()).to(x.dtype)
+        return (x.float() + self.down(hidden).to(dtype=x.dtype, non_blocking=True)).type_as(x)
+
+
+class AddmmLayers(torch.nn.Module):  # bias + x @ w as torch.addmm, function and method
+    def __init__(self, d, h):
+        super().__init__()
+        self.w1, self.b1 = torch.nn.Parameter(torch.empty(d, h)), torch.nn.Parameter(torch.empty(h))
+        self.fc2 = torch.nn.Linear(h, d)
+
+    def forward(self, x):
+        h = F.gelu(torch.addmm(self.b1, x, self.w1))  # w1 [in, out]
+        return self.fc2.bias.addmm(h, self.fc2.weight.t(), beta=1, alpha=1) + x
+
+
 class RawParameters(torch.nn.Module):  # an MLP written with bare parameters and @
     def __init__(self, d, h):
         super().__init__()
@@ -246,6 +269,7 @@ def blocks(d, h):
         "relu_squared": ReluSquared(d, h),
         "quick_gelu": torch.nn.Sequential(torch.nn.Linear(d, h), QuickGELU(), torch.nn.Linear(h, d)),
         "raw_parameters": RawParameters(d, h),
+        "mixed_precision": MixedPrecision(d, h),
     }
 
 
@@ -853,6 +877,68 @@ def test_bare_parameter_products_fold_their_bias_into_the_gemm():
         converted = gt.convert(twice)
         assert len(converted._recipe.constants) == 4
         assert rel_error(converted(x), reference(twice, x)) <= BOUNDS[torch.float32]
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_addmm_layers_and_a_result_cast_up_match_fp64(device, dtype):
+    module = fresh(AddmmLayers(24, 72), dtype, device)
+    converted = gt.convert(module)
+    x = torch.randn(9, 24, device=device).to(dtype)  # addmm: 2-D only
+    with torch.no_grad():
+        y = converted(x)
+    assert converted._recipe.steps[0][0] == "linear" and y.dtype == dtype
+    assert rel_error(y, reference(module, x)) <= BOUNDS[dtype]
+
+    class CastUp(torch.nn.Module):  # returns float32 from a 16-bit module
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(24, 72), torch.nn.Linear(72, 24)
+
+        def forward(self, x):
+            return self.fc2(F.relu(self.fc1(x))).float()
+
+    module = fresh(CastUp(), dtype, device)
+    converted = gt.convert(module)
+    assert converted.output_dtype == torch.float32
+    for shape in [(9, 24), (0, 24)]:
+        x = torch.randn(shape, device=device).to(dtype)
+        with torch.no_grad():
+            y, own = converted(x), module(x)
+        assert y.dtype == own.dtype == torch.float32 and y.shape == own.shape
+        if x.numel():
+            assert rel_error(y, reference(module, x)) <= BOUNDS[dtype]
+
+
+def test_casts_ge2_cannot_follow_are_refused():
+    class Cast(torch.nn.Module):
+        def __init__(self, how):
+            super().__init__()
+            self.fc1, self.fc2, self.how = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8), how
+
+        def forward(self, x):
+            h = self.fc1(x)
+            if self.how == "double":
+                return self.fc2(F.relu(h.double()).to(x.dtype))
+            if self.how == "half":  # another 16-bit dtype than the module's
+                return self.fc2(F.relu(h.half()).to(x.dtype))
+            if self.how == "device":
+                return self.fc2(F.relu(h)).to("cpu")
+            if self.how == "in_place":  # h.float() copies h or is h, depending on h's dtype
+                g = h.float()
+                g.mul_(2)
+                return self.fc2(F.relu(h))
+            return torch.addmm(self.fc2.bias, F.relu(h), self.fc2.weight.t(), beta=0.5)
+
+    messages = {"double": r"'double\(fc1\)', a cast to torch.float64 in a module that computes in torch.bfloat16",
+                "half": r"'half\(fc1\)', a cast to torch.float16 in a module that computes in torch.bfloat16",
+                "device": r"'to\(fc2, 'cpu'\)' \(ge2 follows casts to a dtype, to another value's dtype or device\)",
+                "in_place": r"'mul_\(float_1, 2\)' changes in place a value that is cast \(or what it was cast from\), "
+                            r"which node 'relu' reads afterwards",
+                "addmm_beta": r"'addmm\(fc2_bias, relu, t, beta=0.5\)' \(ge2 takes torch.addmm\(bias, x, w\)"}
+    for how, message in messages.items():
+        with pytest.raises(ge2.InvalidArgumentError, match=message):
+            gt.convert(Cast(how).to(torch.bfloat16))
 
 
 def test_values_changed_in_place_are_read_changed():
