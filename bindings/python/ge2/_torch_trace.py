@@ -59,6 +59,7 @@ _SUPPORTED = ("nn.Linear, FP8 linear modules (e4m3 weight with weight_scale_inv 
               "F.silu, .relu(), +, - or * (.add, .sub, .mul, also in place) between two values of one shape, "
               "v + c, c * v, v - c, v / c with a number c, + or * with a parameter or buffer of one element or [..., w] (LayerScale), "
               "x @ w, torch.matmul and torch.mm with a 2-D parameter w (or w.T, w.t()), torch.addmm(bias, x, w), "
+              "torch.einsum of a value and a 2-D parameter that is a linear layer ('...i,oi->...o'), "
               "casts (.float(), .to(dtype), .to(x.dtype), .type_as(x)) to the module's dtype or up to float32, "
               "chunk / split / [..., a:b] of a linear layer's output along dim=-1, elementwise code or modules without parameters that "
               "compute one of those activations, and modules with a 2-D weight (and 1-D bias) that compute "
@@ -97,6 +98,36 @@ def _transposes(node) -> bool:
             node.target == "transpose" and len(node.args) == 3 and set(node.args[1:]) in ({0, 1}, {-1, -2})
     return node.target is torch.t and len(node.args) == 1 or \
         node.target is getattr and len(node.args) == 2 and node.args[1] in ("T", "mT")
+
+
+def _einsum_linear(equation: str) -> Optional[tuple]:
+    """For an einsum of a value and a 2-D weight that is a linear layer ("...i,oi->...o",
+    "bsd,df->bsf", "oi,...i->...o"): (the value's operand index, whether the weight is [out, in]);
+    None for any other equation."""
+    equation = equation.replace(" ", "")
+    inputs, arrow, output = equation.partition("->")
+    operands = inputs.split(",")
+    if len(operands) != 2:
+        return None
+    letters = [t.replace("...", "") for t in operands]
+    if not arrow:  # implicit output: the letters used once, in alphabetical order, after the ellipsis
+        once = sorted(c for c in set(letters[0] + letters[1]) if (letters[0] + letters[1]).count(c) == 1)
+        output = ("..." if "..." in inputs else "") + "".join(once)
+    for v in (0, 1):
+        value, weight = operands[v], operands[1 - v]
+        if len(weight) != 2 or weight[0] == weight[1] or not weight.isalpha() or not value or \
+                not value[-1].isalpha():
+            continue
+        prefix, inner = value[:-1], value[-1]
+        batch = prefix.replace("...", "", 1)  # the leading dimensions' letters
+        if inner not in weight or inner in batch or not (batch == "" or batch.isalpha()) or \
+                len(set(batch)) != len(batch):
+            continue
+        outer = weight.replace(inner, "")
+        if outer in value or output != prefix + outer:
+            continue
+        return v, weight == outer + inner
+    return None
 
 
 # Casts: method -> the dtype it casts to (None: given by its arguments, .to and .type; "like":
@@ -698,6 +729,21 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
                 else:
                     slot[node] = value_of(node.args[0], node)
                     aliasing.add(node)
+                return
+            if target is torch.einsum:  # a linear layer written as an einsum
+                operands = list(node.args[1:]) if len(node.args) != 2 or not isinstance(node.args[1], (list, tuple)) \
+                    else list(node.args[1])
+                found = _einsum_linear(node.args[0]) if node.args and isinstance(node.args[0], str) and \
+                    not node.kwargs and len(operands) == 2 else None
+                w = None if found is None else operands[1 - found[0]]
+                if found is None or w not in params or operands[found[0]] in params:
+                    raise _refused(f"'{_call_text(node)}' (ge2 takes an einsum of a value and a 2-D parameter that is "
+                                   f"a linear layer, like '...i,oi->...o')", node)
+                t = params[w]
+                if not isinstance(t, Tensor) or t.dim() != 2:
+                    raise _refused(f"'{_call_text(node)}' with a parameter of shape "
+                                   f"{tuple(getattr(t, 'shape', ()))} (ge2 takes a 2-D one)", node)
+                linear_step(node, operands[found[0]], t if found[1] else transpose(t), None, node.name)
                 return
             if target is torch.addmm or method and node.target == "addmm":  # bias + x @ w
                 named = dict(zip(("input", "mat1", "mat2"), node.args), **node.kwargs)

@@ -910,6 +910,42 @@ def test_addmm_layers_and_a_result_cast_up_match_fp64(device, dtype):
             assert rel_error(y, reference(module, x)) <= BOUNDS[dtype]
 
 
+class EinsumLayers(torch.nn.Module):  # linear layers written as einsums, weights in both layouts
+    def __init__(self, d, h):
+        super().__init__()
+        self.w1, self.b1 = torch.nn.Parameter(torch.empty(h, d)), torch.nn.Parameter(torch.empty(h))  # [out, in]
+        self.w2, self.w3 = torch.nn.Parameter(torch.empty(h, d)), torch.nn.Parameter(torch.empty(d, d))  # [in, out]
+
+    def forward(self, x):
+        h = F.silu(torch.einsum("...i,oi->...o", x, self.w1) + self.b1)
+        return torch.einsum("bsf, fd -> bsd", h, self.w2) + torch.einsum("io,...i", self.w3.t(), x)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_einsum_layers_match_fp64(device):
+    module = fresh(EinsumLayers(24, 40), torch.float32, device)
+    converted = gt.convert(module)
+    assert [step[0] for step in converted._recipe.steps].count("linear") == 3
+    x = torch.randn(2, 7, 24, device=device)  # 'bsf': 3-D, as the module takes it
+    with torch.no_grad():
+        assert rel_error(converted(x), reference(module, x)) <= BOUNDS[torch.float32]
+
+    class Einsum(torch.nn.Module):
+        def __init__(self, equation):
+            super().__init__()
+            self.fc, self.w, self.equation = torch.nn.Linear(8, 8), torch.nn.Parameter(torch.ones(8, 8)), equation
+
+        def forward(self, x):
+            h = self.fc(x)
+            return torch.einsum(self.equation, h, self.w if self.equation != "bi,bi->bi" else h)
+
+    # A result with its dimensions moved, a diagonal, a sum over rows, and a product of two values.
+    for equation in ["bsd,df->bfs", "bdd,df->bdf", "...i,io->o", "bi,bi->bi"]:
+        with pytest.raises(ge2.InvalidArgumentError, match=r"ge2 takes an einsum of a value and a 2-D parameter "
+                                                           r"that is a linear layer"):
+            gt.convert(Einsum(equation))
+
+
 def test_casts_ge2_cannot_follow_are_refused():
     class Cast(torch.nn.Module):
         def __init__(self, how):
