@@ -29,24 +29,42 @@ FEED_FORWARD = re.compile(r"(MLP|Mlp|FeedForward|FFN|Intermediate|DenseActDense|
 BOUNDS = {"float32": 1e-5, "bfloat16": 2e-2}
 
 
+def argument(name: str, config, intermediate: int):
+    """A value for the constructor argument `name`: the config, or a width, count or activation
+    name guessed from the argument's name; None where none is guessed."""
+    if name == "config":
+        return config
+    if re.search(r"act|activation", name):
+        return "gelu"
+    if re.search(r"num_layers", name):
+        return 3
+    if re.search(r"mult|ratio|widening", name):
+        return 2
+    if re.search(r"idx|block_id", name):
+        return 0
+    if re.search(r"hidden|intermediate|ffn|inner|mlp_dim|ff_dim", name):
+        return intermediate
+    if re.search(r"dim|size|features|in_|out_|n_state", name):
+        return SMALL["hidden_size"]
+    return None
+
+
 def build(cls, configs, intermediate):
-    """cls made from the first of `configs` that builds it, shrunk; None if none does."""
-    import torch
+    """cls made from the first of `configs` that builds it, shrunk, its other required arguments
+    guessed by name (argument); None if none does."""
     signature = inspect.signature(cls.__init__)
-    names = list(signature.parameters)[1:]
-    required = [p for p in signature.parameters.values() if p.default is inspect.Parameter.empty]
+    required = [p for name, p in list(signature.parameters.items())[1:]
+                if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     for config_cls in configs:
         try:
             config = config_cls()
             for key, value in SMALL.items():
                 if isinstance(getattr(config, key, None), int):
                     setattr(config, key, value)
-            if names[:1] == ["config"] and len(required) == 2:
-                return cls(config)
-            if names[:2] == ["config", "intermediate_size"]:
-                return cls(config, intermediate)
-            if names[:2] in (["intermediate_size", "config"], ["n_state", "config"]):
-                return cls(intermediate, config)
+            values = {p.name: argument(p.name, config, intermediate) for p in required}
+            if None in values.values():
+                return None
+            return cls(**values)
         except Exception:  # this config does not make this class
             continue
     return None

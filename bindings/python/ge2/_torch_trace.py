@@ -658,6 +658,8 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
         """A linear step computing columns [start, stop) of the linear output `src`: its weight's
         rows and bias's entries in that range (Phi-3's fused gate_up_proj, cut by chunk)."""
         _, _, _, x, weight, bias = r.steps[producer[src]]
+        if stop <= start:  # an empty piece (split sections of 0): no step; reading it is refused
+            return
         if isinstance(r.constants[weight], QuantizedWeight):
             raise _refused("a piece of an FP8 layer's output (its e4m3 weight cut by rows)", node)
         cut.add(src)
@@ -677,6 +679,9 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
     def linear_step(node, x, weight, bias, prefix):
         if weight is None or weight.dim() != 2 or (bias is not None and bias.shape != weight.shape[:1]):
             raise _refused("a linear layer whose weight is not [out, in] (or bias not [out])", node)
+        if 0 in weight.shape:
+            raise _refused(f"a linear layer of {weight.shape[1]} inputs and {weight.shape[0]} outputs (ge2's "
+                           f"layers have at least one of each)", node)
         src = value_of(x, node)
         need_width(src, weight.shape[1], node)
         w = constant(prefix + "_weight", weight)

@@ -946,6 +946,30 @@ def test_einsum_layers_match_fp64(device):
             gt.convert(Einsum(equation))
 
 
+def test_layers_of_zero_width_are_refused_and_empty_pieces_left_unread():
+    for module in [torch.nn.Linear(8, 0), torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 0)),
+                   torch.nn.Linear(0, 8)]:
+        with pytest.raises(ge2.InvalidArgumentError, match=r"a linear layer of (8|16) inputs and 0 outputs|"
+                                                           r"a linear layer of 0 inputs and 8 outputs"):
+            gt.convert(module)
+
+    class EmptyPiece(torch.nn.Module):  # split sections of 0: PyTorch makes an empty tensor
+        def __init__(self, read_it):
+            super().__init__()
+            self.fc, self.out, self.read_it = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8), read_it
+
+        def forward(self, x):
+            empty, h = self.fc(x).split([0, 16], dim=-1)
+            return torch.cat([empty, h], -1) if self.read_it else self.out(F.relu(h))
+
+    module = fresh(EmptyPiece(False), torch.float32, "cpu")
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        assert rel_error(gt.convert(module)(x), reference(module, x)) <= BOUNDS[torch.float32]
+    with pytest.raises(ge2.InvalidArgumentError, match=r"at node 'cat'"):
+        gt.convert(EmptyPiece(True))
+
+
 def test_casts_ge2_cannot_follow_are_refused():
     class Cast(torch.nn.Module):
         def __init__(self, how):
