@@ -313,9 +313,10 @@ def test_a_cut_gate_up_layer_is_joined_into_one_gated_gemm(device, form):
 
 class RandomBlock(torch.nn.Module):
     """A module written as a random program over its input: nn.Linear layers (with or without
-    bias) reading any earlier value, activations as modules, functions or methods, + and * (as
-    operators, functions or methods) between values of one width, Identity and Dropout. What
-    convert must read from torch.fx however a user happened to write it."""
+    bias; called, as F.linear or as an einsum) reading any earlier value, activations as modules,
+    functions or methods, + and * (as operators, functions or methods) between values of one width,
+    Identity and Dropout, casts up to float32 and back. What convert must read from torch.fx however
+    a user happened to write it."""
 
     def __init__(self, rng, d):
         super().__init__()
@@ -324,9 +325,10 @@ class RandomBlock(torch.nn.Module):
         widths, multiplies = [d], 0
         lifted = [False]  # values a [1, w] parameter broadcast to rank 2 (an in-place step cannot take them)
         the_input = [True]  # values that are the input tensor itself (Identity): never changed in place
+        cast = False  # after a cast no step changes a value in place (convert refuses: copy or alias?)
         for _ in range(int(rng.integers(1, 9))):
             kind = str(rng.choice(["linear", "linear", "act", "combine", "identity", "pieces", "number", "vector",
-                                   "in_place"]))
+                                   "in_place", "cast"]))
             src = len(widths) - 1 if rng.random() < 0.6 else int(rng.integers(0, len(widths)))
             if kind == "pieces":  # one layer's output cut into two values of one width
                 out = int(rng.integers(1, 20))
@@ -336,7 +338,8 @@ class RandomBlock(torch.nn.Module):
             elif kind == "linear" or src == 0 and kind != "combine":
                 out = int(rng.integers(1, 40))
                 self.layers.append(torch.nn.Linear(widths[src], out, bias=bool(rng.random() < 0.7)))
-                self.program.append(("linear", src, len(self.layers) - 1))
+                self.program.append(("linear", src, len(self.layers) - 1,
+                                     str(rng.choice(["module", "module", "function", "einsum"]))))
                 widths.append(out)
             elif kind == "act":
                 style = str(rng.choice(["module", "function", "method", "inline"]))
@@ -356,7 +359,12 @@ class RandomBlock(torch.nn.Module):
                 self.vectors.append(torch.nn.Parameter(torch.empty(shape)))
                 self.program.append(("vector", src, str(rng.choice(["add", "mul"])), len(self.vectors) - 1))
                 widths.append(widths[src])
-            elif kind == "in_place" and not the_input[src]:  # changes an earlier value: later reads see it
+            elif kind == "cast":  # up to float32 and back: an activation computed there, or nothing
+                form = str(rng.choice(["activation", "like_input", "type_as"]))
+                self.program.append(("cast", src, form, str(rng.choice(["relu", "gelu", "silu"]))))
+                widths.append(widths[src])
+                cast = True
+            elif kind == "in_place" and not the_input[src] and not cast:  # changes an earlier value: later reads see it
                 how = str(rng.choice(["relu_", "mul_", "add_", "relu module"]))
                 if how == "relu module":
                     self.acts.append(torch.nn.ReLU(inplace=True))
@@ -382,7 +390,7 @@ class RandomBlock(torch.nn.Module):
             the_input += [step[0] == "module" and the_input[src]] * (len(widths) - len(the_input))
         if not any(step[0] == "linear" for step in self.program):  # convert needs a layer to fix the width
             self.layers.append(torch.nn.Linear(widths[-1], d))
-            self.program.append(("linear", len(widths) - 1, len(self.layers) - 1))
+            self.program.append(("linear", len(widths) - 1, len(self.layers) - 1, "module"))
             widths.append(d)
 
     def forward(self, x):
@@ -390,7 +398,22 @@ class RandomBlock(torch.nn.Module):
         for step in self.program:
             kind, src = step[0], values[step[1]]
             if kind == "linear":
-                values.append(self.layers[step[2]](src))
+                layer = self.layers[step[2]]
+                if step[3] == "module":
+                    values.append(layer(src))
+                elif step[3] == "function":
+                    values.append(F.linear(src, layer.weight, layer.bias))
+                else:
+                    y = torch.einsum("...i,oi->...o", src, layer.weight)
+                    values.append(y if layer.bias is None else y + layer.bias)
+            elif kind == "cast":
+                _, _, form, name = step
+                if form == "activation":
+                    values.append({"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[name](src.float()).to(src.dtype))
+                elif form == "like_input":
+                    values.append(src.to(values[0].dtype))
+                else:
+                    values.append(src.float().type_as(src))
             elif kind == "pieces":
                 layer = self.layers[step[2]]
                 y, half = layer(src), layer.out_features // 2
