@@ -151,6 +151,8 @@ def _cast_of(node):
             not isinstance(node.args[0], torch.fx.Node):
         return None
     fixed = _CAST_METHODS[node.target]
+    if node.target == "type" and len(node.args) == 1 and not node.kwargs:  # x.type(): the type's name
+        return None
     if isinstance(fixed, torch.dtype):
         return ("dtype", fixed) if len(node.args) == 1 and not node.kwargs else None
     if fixed == "like":
