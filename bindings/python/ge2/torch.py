@@ -186,6 +186,24 @@ def _dense(*tensors) -> bool:
     return all(t is None or t.is_contiguous() for t in tensors)
 
 
+def _readable(t: Tensor) -> bool:
+    """Whether ge2 reads `t` where it is: a vector of unit stride, or matrices (of a batch) with
+    contiguous rows or columns that do not overlap, and no broadcast (stride 0) dimension."""
+    if any(stride == 0 and size > 1 for size, stride in zip(t.shape, t.stride())):
+        return False
+    if t.dim() == 1:
+        return t.shape[0] <= 1 or t.stride(0) == 1
+    (rows, cols), (row_stride, col_stride) = t.shape[-2:], t.stride()[-2:]
+    return (col_stride == 1 or cols == 1) and (row_stride >= cols or rows == 1) or \
+        (row_stride == 1 or rows == 1) and (col_stride >= rows or cols == 1)
+
+
+def _readable_copies(*tensors) -> tuple:
+    """The tensors, each copied densely where ge2 cannot read it in place (a broadcast
+    (expand) or every-other-element view): PyTorch's operators take any strides, and so do these."""
+    return tuple(t if t is None or _readable(t) else t.contiguous() for t in tensors)
+
+
 def _gemm_bias_act_impl(a: Tensor, b: Tensor, bias: Optional[Tensor], act: str, trans_a: bool, trans_b: bool,
                         alpha: float) -> Tensor:
     return _gemm_bias_act_run(a, b, bias, act, trans_a, trans_b, alpha)[0]
@@ -196,6 +214,9 @@ def _gemm_bias_act_run(a: Tensor, b: Tensor, bias: Optional[Tensor], act: str, t
     """(the result, and the (context, GemmParams) it ran with where the operands were dense, else None)."""
     f = "ge2.torch.gemm_bias_act"
     a, b, bias = _plain(a, "a", f), _plain(b, "b", f), _plain(bias, "bias", f)
+    given = (a, b, bias)
+    a, b, bias = _readable_copies(a, b, bias)
+    copied = any(t is not u for t, u in zip(given, (a, b, bias)))
     out = a.new_empty(_gemm_shape(a, b, trans_a, trans_b))
     if out.numel() == 0:
         return out, None
@@ -210,10 +231,12 @@ def _gemm_bias_act_run(a: Tensor, b: Tensor, bias: Optional[Tensor], act: str, t
         stream = ge2._arrays._torch_current_stream(torch, a.device) if a.is_cuda else None
         ge2._check(ge2._lib.ge2_gemm_bias_act(context.handle, ctypes.byref(params), a.data_ptr(), b.data_ptr(),
                                               None if bias is None else bias.data_ptr(), out.data_ptr(), stream))
-        return out, found
+        return out, None if copied else found
     ge2.gemm_bias_act(a, b, bias, act or None, trans_a=trans_a, trans_b=trans_b, alpha=alpha, out=out,
                       context=context_for(a.device))
-    if _dense(a, b, bias):
+    # A call whose operands were copied is not remembered (its parameters are the copies'): the
+    # next one of that signature must copy too.
+    if _dense(a, b, bias) and not copied:
         return out, _fast_gemm_params(a, b, bias, act, trans_a, trans_b, alpha)
     return out, None
 

@@ -670,6 +670,27 @@ def test_repeated_eager_calls_skip_the_checks_but_not_a_changed_argument(device,
 
 
 @pytest.mark.parametrize("device", devices())
+def test_operands_of_any_strides_are_taken_as_pytorch_takes_them(device):
+    """Broadcast (expand) and every-other-element views, which ge2 cannot read in place, are copied
+    first; calls repeated with such operands and fresh values stay right (no remembered fast path
+    reads them as dense)."""
+    for _ in range(3):
+        x = torch.randn(1, 24, device=device).expand(7, 24)  # stride 0
+        w = torch.randn(10, 48, device=device)[:, ::2]  # [out, in], every other column
+        b = torch.randn(20, device=device)[::2]
+        want = x.double() @ w.double().t() + b.double()
+        with torch.no_grad():
+            assert rel_error(gt.linear(x, w, b), want) <= BOUNDS[torch.float32]
+            assert rel_error(gt.linear(x, w, b, act="relu"), want.relu()) <= BOUNDS[torch.float32]
+            dense_x = torch.randn(7, 24, device=device)  # only the weight copied
+            assert rel_error(gt.linear(dense_x, w), dense_x.double() @ w.double().t()) <= BOUNDS[torch.float32]
+            a3 = torch.randn(5, 24, device=device)
+            batch = torch.randn(24, 10, device=device).expand(3, 24, 10)  # one weight over a batch
+            got = gt.gemm_bias_act(a3.expand(3, 5, 24), batch)
+            assert rel_error(got, (a3.double() @ batch[0].double()).expand(3, 5, 10)) <= BOUNDS[torch.float32]
+
+
+@pytest.mark.parametrize("device", devices())
 def test_operators_pass_opcheck(device):
     x, w, b = torch.randn(6, 16, device=device), torch.randn(10, 16, device=device), torch.randn(10, device=device)
     torch.library.opcheck(torch.ops.ge2.gemm_bias_act.default, (x, w, b, "relu", False, True, 1.0))
