@@ -377,14 +377,15 @@ def _plan_execute_op(plan_id: int, inputs: list[Tensor]) -> list[Tensor]:
 def _(plan_id, inputs):
     function = _lookup(plan_id, "ge2.torch.plan_execute")
     device = inputs[0].device if inputs else torch.device("cpu")
-    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in function.output_specs]
+    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in function.output_specs(inputs)]
 
 
 class PlanFunction(torch.nn.Module):
     """A compiled `ge2.Plan` as a module: `f(*inputs)` binds the plan's inputs in the order of
     `input_names`, runs it (through `torch.ops.ge2.plan_execute` when traced) and returns its
     outputs (new tensors, in the order of `output_names`; a single output as a tensor). A module
-    so that torch.compile specialises on the plan it runs."""
+    so that torch.compile specialises on the plan it runs. A plan with a dynamic extent runs at
+    the leading dimension of its first dynamic input, and its dynamic outputs have that many rows."""
 
     def __init__(self, plan: ge2.Plan):
         super().__init__()
@@ -393,8 +394,18 @@ class PlanFunction(torch.nn.Module):
         self.plan = plan
         self.input_names = [n for n, io in plan.io.items() if not io["output"]]
         self.output_names = [n for n, io in plan.io.items() if io["output"]]
-        self.output_specs = [(plan.io[n]["shape"], _TORCH_DTYPES[plan.io[n]["dtype"]]) for n in self.output_names]
+        self._outputs = [(plan.io[n]["shape"], _TORCH_DTYPES[plan.io[n]["dtype"]], plan.io[n]["dynamic"])
+                         for n in self.output_names]
+        self._dynamic_inputs = [i for i, n in enumerate(self.input_names) if plan.io[n]["dynamic"]]
         self.id = _register(self)
+
+    def output_specs(self, inputs: list) -> list:
+        """(shape, dtype) of each output for these inputs: a dynamic output's rows are the extent
+        the first dynamic input sets."""
+        extent = next((inputs[i].shape[0] for i in self._dynamic_inputs if i < len(inputs) and inputs[i].dim()),
+                      None)
+        return [((extent,) + tuple(shape[1:]) if dynamic and extent is not None else shape, dtype)
+                for shape, dtype, dynamic in self._outputs]
 
     def _run(self, inputs: list) -> list:
         f = "ge2.torch.PlanFunction"
@@ -402,7 +413,7 @@ class PlanFunction(torch.nn.Module):
             raise invalid(f, f"{len(inputs)} inputs given; the plan takes {len(self.input_names)} "
                              f"({', '.join(self.input_names)})")
         device = inputs[0].device if inputs else torch.device("cpu")
-        outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.output_specs]
+        outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.output_specs(inputs)]
         arrays = {name: _plain(t, name, f).contiguous() for name, t in zip(self.input_names, inputs)}
         arrays.update(zip(self.output_names, outputs))
         self.plan.execute(arrays)

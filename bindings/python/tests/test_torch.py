@@ -716,6 +716,21 @@ def test_plan_function(device):
     assert torch.equal(y, y2)
     with pytest.raises(ge2.InvalidArgumentError, match="1 inputs given; the plan takes 2"):
         fn(xs)
+    # A plan with a dynamic extent: its outputs have the rows of each call.
+    g = ge2.Graph()
+    x = g.input("x", (64, 20), "f32", dynamic=True)
+    g.output(g.activation(g.gemm(x, g.constant("w", w), trans_b=True), "relu"), "y")
+    fn = gt.PlanFunction(g.compile(gt.context_for(device)))
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager", dynamic=True)
+    for rows in (1, 5, 64, 37):
+        xs = torch.randn(rows, 20, device=device)
+        want = (xs.double() @ w.double().to(device).T).relu()
+        for f in (fn, compiled):
+            y = f(xs)
+            assert y.shape == (rows, 20) and rel_error(y, want) <= 1e-5
+    with pytest.raises(ge2.InvalidArgumentError, match=r"leading dimension 65 is outside the plan's dynamic "
+                                                       r"extent \[1, 64\]"):
+        fn(torch.randn(65, 20, device=device))
 
 
 def test_arguments_that_are_not_tensors_are_refused_by_name():
