@@ -361,7 +361,9 @@ TEST_CASE("tunedb: a file ge2 does not recognise is refused and left byte for by
   }
 }
 
-TEST_CASE("tunedb: a FIFO, a directory or a device as the path is refused without blocking") {
+TEST_CASE(
+    "tunedb: a FIFO, a directory, a device or a missing file as the path is refused without "
+    "blocking") {
   const std::filesystem::path dir = test::scratch_subdir("not-regular");
   const std::string fifo = (dir / "fifo.sqlite").string();
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
@@ -397,6 +399,10 @@ TEST_CASE("tunedb: a FIFO, a directory or a device as the path is refused withou
     CHECK_FALSE(open);
     CHECK(errors == 1);
   }
+  // Read-only, a missing file is named as such (not SQLite's "unable to open database file").
+  const std::string missing = (dir / "missing.sqlite").string();
+  CHECK_THROWS_WITH_AS(TuneDb(missing, TuneDb::Mode::ReadOnly),
+                       doctest::Contains("missing.sqlite' does not exist"), Error);
   struct stat status {};
   CHECK((::stat(fifo.c_str(), &status) == 0 && S_ISFIFO(status.st_mode)));
   CHECK(std::filesystem::is_empty(directory));

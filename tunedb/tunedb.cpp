@@ -207,7 +207,11 @@ TuneDb::TuneDb(const std::string& path, Mode mode) : path_(path), mode_(mode) {
   require(!path.empty(), GE2_ERROR_TUNEDB, "tunedb: empty path");
   std::error_code error;
   const bool exists = std::filesystem::exists(path, error);
-  if (mode == Mode::ReadWrite && !exists) {
+  require(exists || mode == Mode::ReadWrite, GE2_ERROR_TUNEDB, "tunedb: '{}' {}", path,
+          error ? fmt::format("cannot be looked at: {}", error.message())
+                : "does not exist (a tuning run creates it: ge_tune tune, or a context in "
+                  "GE2_TUNE_TUNE mode)");
+  if (!exists) {
     create_file();
   } else {
     if (exists) check_file_header();
