@@ -64,6 +64,15 @@ inline ge2_gemm_attrs_t gemm_attrs() {
   return attrs;
 }
 /* x * W^T for a weight W in PyTorch nn.Linear's [out, in] layout. */
+/* Defaults for the one-shot call's parameters (sizes zero: the caller sets them). */
+inline ge2_gemm_params_t gemm_params() {
+  ge2_gemm_params_t params;
+  check(ge2_gemm_params_init(&params));
+  return params;
+}
+/* The library's release version ("2.8.0") and the GE2_API_VERSION it was built with. */
+inline std::string version() { return ge2_get_version_string(); }
+inline int api_version() { return ge2_get_api_version(); }
 inline ge2_gemm_attrs_t linear() {
   ge2_gemm_attrs_t attrs = gemm_attrs();
   attrs.trans_b = 1;
@@ -240,6 +249,12 @@ class Plan {
     check(ge2_plan_describe(handle_.get(), &text));
     return text;
   }
+  /* Whether input or output `index` (as io()) has the dynamic extent as its leading dimension. */
+  bool is_dynamic(size_t index) const {
+    int dynamic = 0;
+    check(ge2_plan_io_is_dynamic(handle_.get(), index, &dynamic));
+    return dynamic != 0;
+  }
   std::vector<ge2_io_info_t> io() const {
     size_t count = 0;
     check(ge2_plan_io_count(handle_.get(), &count));
@@ -252,6 +267,13 @@ class Plan {
  private:
   std::unique_ptr<ge2_plan_t, detail::PlanDeleter> handle_;
 };
+
+/* D = act(alpha * op(A) * op(B) + bias) in one call (ge2_gemm_bias_act): the plan for these
+** parameters is compiled on first use and cached in the context. */
+inline void gemm_bias_act(const Context& context, const ge2_gemm_params_t& params, const void* a,
+                          const void* b, const void* bias, void* d, void* stream = nullptr) {
+  check(ge2_gemm_bias_act(context.get(), &params, a, b, bias, d, stream));
+}
 
 }  // namespace cxx
 }  // namespace ge2

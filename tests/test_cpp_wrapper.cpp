@@ -39,6 +39,8 @@ TEST_CASE(
   const auto io = plan.io();
   REQUIRE(io.size() == 2);
   CHECK(io[1].is_output == 1);
+  CHECK((plan.is_dynamic(0) && plan.is_dynamic(1)));
+  CHECK_THROWS_AS((void)plan.is_dynamic(2), ge2::cxx::Error);
   CHECK(io[0].desc.shape[0] == 3 * t);
   CHECK(plan.max_extent() == 3 * t);
   CHECK(plan.describe().find("gated_mul") != std::string::npos);
@@ -112,4 +114,39 @@ TEST_CASE("C++ wrapper: a quantized constant reads e4m3 * scale, and a bad one t
   CHECK_THROWS_WITH_AS(blocked.block_quantized_constant("v", {GE2_DTYPE_F32, 2, {2, 3}, {}}, codes,
                                                         block_scales, 4, 2, 2),
                        doctest::Contains("argument 'scale_count' = 4 must be 2"), ge2::cxx::Error);
+}
+
+TEST_CASE("C++ wrapper: the one-shot call and the version queries") {
+  CHECK(ge2::cxx::api_version() == GE2_API_VERSION);
+  CHECK(ge2::cxx::version().rfind("2.", 0) == 0);
+  constexpr std::int64_t m = 5, n = 7, k = 9;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> a(m * k), b(n * k), bias(n), d(m * n, NAN);
+  for (auto* v : {&a, &b, &bias})
+    for (float& e : *v) e = dist(rng);
+  const ge2::cxx::Context context = ge2::cxx::Context::on(GE2_DEVICE_CPU);
+  ge2_gemm_params_t params = ge2::cxx::gemm_params();
+  params.m = m, params.n = n, params.k = k, params.trans_b = 1;  // b is [n, k], as nn.Linear's
+  params.lda = k, params.ldb = k, params.ldd = n;
+  params.dtype = GE2_DTYPE_F32, params.activation = GE2_ACT_RELU, params.has_bias = 1;
+  ge2::cxx::gemm_bias_act(context, params, a.data(), b.data(), bias.data(), d.data());
+  double diff = 0, norm = 0;
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double sum = bias[j];
+      for (std::int64_t p = 0; p < k; ++p) sum += double(a[i * k + p]) * b[j * k + p];
+      const double want = sum > 0 ? sum : 0;
+      diff += (d[i * n + j] - want) * (d[i * n + j] - want);
+      norm += want * want;
+    }
+  CHECK(std::sqrt(diff / norm) <= 1e-6);
+  params.has_bias = 0;  // bias given without has_bias: refused, naming the argument
+  try {
+    ge2::cxx::gemm_bias_act(context, params, a.data(), b.data(), bias.data(), d.data());
+    FAIL("no error");
+  } catch (const ge2::cxx::Error& e) {
+    CHECK(e.status() == GE2_ERROR_INVALID_ARGUMENT);
+    CHECK(std::string(e.what()).find("bias") != std::string::npos);
+  }
 }
