@@ -38,6 +38,7 @@ class Recipe:
         self.dtype = None  # of every constant: the module's
         self.output_dtype = None  # where the module returns another (a cast up to float32 at its end)
         self.min_rank = 1  # of the output: a parameter [1, w] added to a value makes it at least 2
+        self.flatten_input = False  # the module flattens its input's dimensions after the first (nn.Flatten)
 
 
 class QuantizedWeight:
@@ -61,7 +62,7 @@ _SUPPORTED = ("nn.Linear, FP8 linear modules (e4m3 weight with weight_scale_inv 
               "x @ w, torch.matmul and torch.mm with a 2-D parameter w (or w.T, w.t()), torch.addmm(bias, x, w), "
               "torch.einsum of a value and a 2-D parameter that is a linear layer ('...i,oi->...o'), "
               "casts (.float(), .to(dtype), .to(x.dtype), .type_as(x)) to the module's dtype or up to float32, "
-              "chunk / split / [..., a:b] of a linear layer's output along dim=-1, elementwise code or modules without parameters that "
+              "nn.Flatten() (or flatten(1), view(x.size(0), -1)) of the input, chunk / split / [..., a:b] of a linear layer's output along dim=-1, elementwise code or modules without parameters that "
               "compute one of those activations, and modules with a 2-D weight (and 1-D bias) that compute "
               "x @ weight.T + bias or x @ weight + bias (GPT-2's Conv1D)")
 
@@ -128,6 +129,43 @@ def _einsum_linear(equation: str) -> Optional[tuple]:
             continue
         return v, weight == outer + inner
     return None
+
+
+def _reads_size(node) -> bool:
+    """Whether `node` reads a size of a tensor (x.size(), x.size(0), x.shape, x.shape[0]), not its values."""
+    if not isinstance(node, torch.fx.Node):
+        return False
+    if node.op == "call_method" and node.target == "size" or _attribute_of(node, ("shape",)):
+        return True
+    return node.op == "call_function" and node.target is operator.getitem and _reads_size(node.args[0])
+
+
+def _first_size_of(node, x) -> bool:
+    """Whether `node` is x.size(0), x.size()[0] or x.shape[0]."""
+    if node.op == "call_method" and node.target == "size":
+        return node.args[0] is x and list(node.args[1:]) + list(node.kwargs.values()) == [0]
+    return node.op == "call_function" and node.target is operator.getitem and node.args[1] == 0 and \
+        isinstance(node.args[0], torch.fx.Node) and node.args[0].args[:1] == (x,) and \
+        (_attribute_of(node.args[0], ("shape",)) is not None or
+         node.args[0].op == "call_method" and node.args[0].target == "size" and len(node.args[0].args) == 1)
+
+
+def _flattens_rows(node, traced) -> bool:
+    """Whether `node` flattens the dimensions after the first of its operand into one, as nn.Flatten()
+    does: nn.Flatten(), torch.flatten(x, 1), x.flatten(1), x.view(x.size(0), -1), x.reshape(x.shape[0], -1)."""
+    if not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    x = node.args[0]
+    if node.op == "call_module":
+        m = traced.get_submodule(node.target)
+        return isinstance(m, torch.nn.Flatten) and m.start_dim == 1 and m.end_dim == -1 and len(node.args) == 1
+    named = dict(zip(("start_dim", "end_dim"), node.args[1:]), **node.kwargs)
+    if node.target is torch.flatten or node.op == "call_method" and node.target == "flatten":
+        return set(named) <= {"start_dim", "end_dim"} and named.get("start_dim") == 1 and named.get("end_dim", -1) == -1
+    if node.op == "call_method" and node.target in ("view", "reshape") and not node.kwargs:
+        shape = node.args[1] if len(node.args) == 2 and isinstance(node.args[1], (list, tuple)) else node.args[1:]
+        return len(shape) == 2 and shape[1] == -1 and isinstance(shape[0], torch.fx.Node) and _first_size_of(shape[0], x)
+    return False
 
 
 # Casts: method -> the dtype it casts to (None: given by its arguments, .to and .type; "like":
@@ -695,6 +733,16 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
         r.steps.append(("linear", node.name, out, src, w, b))
 
     def visit(node):
+        if node.op in ("call_module", "call_function", "call_method") and _flattens_rows(node, traced):
+            src = node.args[0]
+            if src.op != "placeholder":
+                raise _refused(f"'{_call_text(node) if node.op != 'call_module' else node.target}' flattening a "
+                               f"value that is not the module's input (ge2 keeps the rows of the values inside)", node)
+            r.flatten_input = True
+            slot[node] = value_of(src, node)
+            return
+        if node.op in ("call_function", "call_method") and _reads_size(node):  # read by a flatten
+            return
         if node.op == "placeholder":
             if node.users:  # an argument forward does not read is not an input
                 slot[node] = f"x{len(r.inputs)}"
@@ -910,6 +958,15 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
             expression.pop(name, None)  # from now on a value of its own
             slot[name] = slot[node]
 
+    if r.flatten_input:
+        inputs = [n for n in traced.graph.nodes if n.op == "placeholder" and n.users]
+        flatten = [u for u in inputs[0].users if _flattens_rows(u, traced)]
+        others = [u for u in inputs[0].users if u not in flatten and not _reads_size(u)]
+        if len(inputs) != 1 or others:
+            what = f"input '{inputs[1].target}' beside it" if len(inputs) != 1 else f"node '{others[0].name}' reading it"
+            raise invalid("ge2.torch.convert", f"the module flattens its input (node '{flatten[0].name}') and has "
+                                               f"{what} unflattened: ge2 takes a flattened input as the only one, "
+                                               f"read flattened only")
     _drop_cut_layers(r, cut)
     for kind, _, out, *args in r.steps:  # in order: a step's operands are made before it
         rank[out] = max([rank.get(out, 1)] + [rank.get(a, 1) for a in _reads(kind, args)])

@@ -456,6 +456,7 @@ class Ge2Module(torch.nn.Module):
         self._recipe = recipe
         self._name = name
         self.in_features = recipe.in_features
+        self._flatten_input = recipe.flatten_input
         self.input_features = recipe.input_features
         self._input_names = [name for _, name in recipe.inputs]
         self._names = [name.encode() for name in self._input_names] + [b"y"]
@@ -485,11 +486,21 @@ class Ge2Module(torch.nn.Module):
         f = "ge2.torch.Ge2Module"
         if len(inputs) == 1 == len(self.input_features):  # the usual module, checked without a loop
             x = inputs[0]
-            if x.dim() >= 1 and x.shape[-1] == self.in_features and x.dtype == self.dtype:
+            if x.dim() >= 1 and x.shape[-1] == self.in_features and x.dtype == self.dtype and \
+                    not self._flatten_input:
                 return
         if len(inputs) != len(self.input_features):
             raise invalid(f, f"{len(inputs)} inputs given; the module takes {len(self.input_features)} "
                              f"({', '.join(self._input_names)})")
+        if self._flatten_input:  # nn.Flatten(): [batch, ...] whose dimensions after the first make a row
+            x = inputs[0]
+            if x.dim() < 2 or math.prod(x.shape[1:]) != self.in_features:
+                raise invalid(f, f"input of shape {tuple(x.shape)}: the module flattens the dimensions after the "
+                                 f"first, which must hold {self.in_features} elements")
+            if x.dtype != self.dtype:
+                raise TypeError(f"{f}: input is {x.dtype} but the module's weights are {self.dtype}; "
+                                f"convert the module in the input's dtype")
+            return
         for i, (x, width) in enumerate(zip(inputs, self.input_features)):
             if x.dim() < 1 or x.shape[-1] != width:
                 raise invalid(f, f"{self._what(i)} of shape {tuple(x.shape)}: the last dimension must be {width}")
@@ -507,7 +518,7 @@ class Ge2Module(torch.nn.Module):
     def output_shape(self, x: Tensor) -> tuple:
         """x's leading dimensions and out_features, with leading 1s up to the rank that parameters
         [1, ..., w] broadcast the result to (as PyTorch broadcasts them)."""
-        lead = tuple(x.shape[:-1])
+        lead = tuple(x.shape[:1] if self._flatten_input else x.shape[:-1])
         return (1,) * (self._recipe.min_rank - len(lead) - 1) + lead + (self.out_features,)
 
     def plan_for(self, x: Tensor) -> ge2.Plan:

@@ -1005,6 +1005,52 @@ def test_einsum_layers_match_fp64(device):
             gt.convert(Einsum(equation))
 
 
+class FlattenMLP(torch.nn.Module):  # the tutorial MLP on images: [batch, channels, h, w] flattened first
+    def __init__(self, how):
+        super().__init__()
+        self.fc1, self.fc2, self.how = torch.nn.Linear(48, 40), torch.nn.Linear(40, 10), how
+        self.flatten = torch.nn.Flatten()
+
+    def forward(self, x):
+        rows = {"module": lambda: self.flatten(x), "function": lambda: torch.flatten(x, 1),
+                "view": lambda: x.view(x.size(0), -1), "reshape": lambda: x.reshape(x.shape[0], -1)}[self.how]()
+        return self.fc2(F.gelu(self.fc1(rows)))
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("how", ["module", "function", "view", "reshape"])
+def test_a_flattened_input_runs_as_rows(device, how):
+    module = fresh(FlattenMLP(how), torch.float32, device)
+    converted = gt.convert(module)
+    for shape in [(5, 3, 4, 4), (2, 48), (1, 6, 8)]:
+        x = torch.randn(shape, device=device)
+        with torch.no_grad():
+            y = converted(x)
+        assert y.shape == (shape[0], 10)
+        assert rel_error(y, reference(module, x)) <= BOUNDS[torch.float32]
+    with torch.no_grad():
+        assert torch.equal(torch.compile(converted, fullgraph=True, backend="aot_eager")(x), y)
+    with pytest.raises(ge2.InvalidArgumentError, match=r"input of shape \(5, 47\): the module flattens the "
+                                                       r"dimensions after the first, which must hold 48"):
+        converted(torch.randn(5, 47, device=device))
+
+
+def test_flattening_anything_but_the_input_is_refused():
+    class Inside(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(8, 6), torch.nn.Linear(24, 10)
+
+        def forward(self, x):
+            return self.fc2(self.fc1(x).flatten(1))
+
+    with pytest.raises(ge2.InvalidArgumentError, match=r"'flatten\(fc1, 1\)' flattening a value that is not the "
+                                                       r"module's input"):
+        gt.convert(Inside())
+    with pytest.raises(ge2.InvalidArgumentError, match=r"module '0' \(Flatten\)"):  # from dimension 0: no rows
+        gt.convert(torch.nn.Sequential(torch.nn.Flatten(0), torch.nn.Linear(48, 10)))
+
+
 def test_layers_of_zero_width_are_refused_and_empty_pieces_left_unread():
     for module in [torch.nn.Linear(8, 0), torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 0)),
                    torch.nn.Linear(0, 8)]:
