@@ -3,6 +3,7 @@ steps (linear layers, activations, elementwise steps with their constants), and 
 into a ge2.Graph for a token count. What a module computes is read from torch.fx's graph, and
 where torch.fx only records a call (modules of other libraries, elementwise code), by evaluating
 it; anything else is refused naming the node."""
+import inspect
 import math
 import operator
 from typing import Optional
@@ -453,6 +454,19 @@ def _refuse_hooks(module: torch.nn.Module) -> None:
                                                f"them or write what they do into the module")
 
 
+def _drop_default_checks(graph) -> None:
+    """Removes the checks fx adds for arguments traced at their default (that a call passes that
+    value: a converted module takes no such argument), leaving their placeholders unread."""
+    checks = (torch._assert, getattr(torch.fx._symbolic_trace, "_assert_is_none", None))
+    for node in reversed(list(graph.nodes)):
+        if node.op == "call_function" and node.target in checks:
+            operands = node.all_input_nodes
+            graph.erase_node(node)
+            for operand in operands:
+                if operand.op == "call_function" and operand.target is operator.eq and not operand.users:
+                    graph.erase_node(operand)
+
+
 def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recipe:
     """The recipe of `module`; `dtype`: the one it computes in when all its weights are e4m3 (FP8
     modules; else their parameters' dtype, which it must then equal)."""
@@ -484,9 +498,20 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
         def is_leaf_module(self, m, path):
             return path in recognized or super().is_leaf_module(m, path)
 
+    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+        if t.device.type == "meta":
+            raise invalid("ge2.torch.convert", f"'{name}' is on the meta device (a shape without values); load "
+                                               f"the module's weights first")
     tracer = Tracer()
     try:
-        traced = torch.fx.GraphModule(module, tracer.trace(module))
+        # forward's arguments with a default that is not a tensor (scale=1.0, mask=None) take it,
+        # as a call with the input alone does: fx folds them into the graph.
+        defaults = {p.name: p.default for p in inspect.signature(module.forward).parameters.values()
+                    if p.default is not inspect.Parameter.empty and not isinstance(p.default, Tensor) and
+                    p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        graph = tracer.trace(module, concrete_args=defaults or None)
+        _drop_default_checks(graph)
+        traced = torch.fx.GraphModule(module, graph)
     except Exception as e:  # data-dependent control flow and the like
         raise invalid("ge2.torch.convert", f"torch.fx cannot trace the module ({type(e).__name__}: {e})") from e
     r = Recipe()

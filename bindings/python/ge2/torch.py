@@ -489,9 +489,7 @@ class Ge2Module(torch.nn.Module):
             if x.dim() >= 1 and x.shape[-1] == self.in_features and x.dtype == self.dtype and \
                     not self._flatten_input:
                 return
-        if len(inputs) != len(self.input_features):
-            raise invalid(f, f"{len(inputs)} inputs given; the module takes {len(self.input_features)} "
-                             f"({', '.join(self._input_names)})")
+        self._check_count(inputs)
         if self._flatten_input:  # nn.Flatten(): [batch, ...] whose dimensions after the first make a row
             x = inputs[0]
             if x.dim() < 2 or math.prod(x.shape[1:]) != self.in_features:
@@ -511,6 +509,11 @@ class Ge2Module(torch.nn.Module):
                 raise invalid(f, f"{self._what(i)} of shape {tuple(x.shape)} on {x.device}: the inputs must share "
                                  f"their leading dimensions and device ({tuple(inputs[0].shape)} on "
                                  f"{inputs[0].device})")
+
+    def _check_count(self, inputs: list) -> None:
+        if len(inputs) != len(self.input_features):
+            raise invalid("ge2.torch.Ge2Module", f"{len(inputs)} inputs given; the module takes "
+                                                 f"{len(self.input_features)} ({', '.join(self._input_names)})")
 
     def _what(self, i: int) -> str:
         return "input" if len(self._input_names) == 1 else f"input {i} ({self._input_names[i]})"
@@ -557,6 +560,7 @@ class Ge2Module(torch.nn.Module):
             x = _plain(inputs[0], self._input_names[0], "ge2.torch.Ge2Module")
             inputs = [x]
         else:
+            self._check_count(inputs)  # before zip, which would drop an extra input unread
             inputs = [_plain(t, name, "ge2.torch.Ge2Module") for t, name in zip(inputs, self._input_names)]
             x = inputs[0]
         self._check_inputs(inputs)

@@ -1035,6 +1035,31 @@ def test_a_flattened_input_runs_as_rows(device, how):
         converted(torch.randn(5, 47, device=device))
 
 
+def test_arguments_with_defaults_are_traced_at_them_and_meta_weights_refused():
+    class Defaults(torch.nn.Module):  # forward(x) means scale = 0.5, mask = None, act = "gelu"
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(16, 24), torch.nn.Linear(24, 16)
+
+        def forward(self, x, scale: float = 0.5, mask=None, act: str = "gelu"):
+            h = self.fc1(x)
+            h = F.gelu(h) if act == "gelu" else F.relu(h)
+            if mask is not None:
+                h = h * mask
+            return x + scale * self.fc2(h)
+
+    module = fresh(Defaults(), torch.float32, "cpu")
+    converted = gt.convert(module)
+    assert converted.input_features == (16,)  # x alone
+    x = torch.randn(6, 16)
+    with torch.no_grad():
+        assert rel_error(converted(x), reference(module, x)) <= BOUNDS[torch.float32]
+    with pytest.raises(ge2.InvalidArgumentError, match=r"2 inputs given; the module takes 1"):
+        converted(x, torch.ones(6, 24))
+    with pytest.raises(ge2.InvalidArgumentError, match=r"'0.weight' is on the meta device"):
+        gt.convert(torch.nn.Sequential(torch.nn.Linear(8, 8, device="meta")))
+
+
 def test_flattening_anything_but_the_input_is_refused():
     class Inside(torch.nn.Module):
         def __init__(self):
