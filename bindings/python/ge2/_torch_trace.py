@@ -496,7 +496,10 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
 
     class Tracer(torch.fx.Tracer):
         def is_leaf_module(self, m, path):
-            return path in recognized or super().is_leaf_module(m, path)
+            # A parametrized nn.Linear (weight_norm, orthogonal, ...): its weight, read at conversion,
+            # is what the parametrization computes.
+            return path in recognized or super().is_leaf_module(m, path) or \
+                isinstance(m, torch.nn.Linear) and torch.nn.utils.parametrize.is_parametrized(m)
 
     for name, t in list(module.named_parameters()) + list(module.named_buffers()):
         if t.device.type == "meta":

@@ -1060,6 +1060,18 @@ def test_arguments_with_defaults_are_traced_at_them_and_meta_weights_refused():
         gt.convert(torch.nn.Sequential(torch.nn.Linear(8, 8, device="meta")))
 
 
+@pytest.mark.parametrize("how", ["weight_norm", "orthogonal", "spectral_norm"])
+def test_parametrized_linear_layers_read_their_computed_weight(how):
+    from torch.nn.utils import parametrizations
+    torch.manual_seed(1)
+    layer = getattr(parametrizations, how)(torch.nn.Linear(16, 16))
+    module = torch.nn.Sequential(layer, torch.nn.SiLU(), torch.nn.Linear(16, 8)).eval()
+    converted = gt.convert(module)
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        assert rel_error(converted(x), reference(module, x)) <= BOUNDS[torch.float32]
+
+
 def test_flattening_anything_but_the_input_is_refused():
     class Inside(torch.nn.Module):
         def __init__(self):
