@@ -623,6 +623,8 @@ def convert(module: torch.nn.Module, *, tune: str = "cached", graph_replay: bool
     max_plans = ge2._checks.integer(max_plans, "max_plans", f, 1, 1 << 16)
     max_tokens = ge2._checks.integer(max_tokens, "max_tokens", f, 1, 1 << 31)
     fp8_max_error = ge2._checks.real(fp8_max_error, "fp8_max_error", f)
+    if allow_fp8 and not 0 < fp8_max_error <= 1:  # as ge2_plan_compile would, at the first call
+        raise invalid(f, f"argument 'fp8_max_error' = {fp8_max_error!r} is not a finite value in (0, 1]")
     if dtype is not None and dtype not in _DTYPE_CODES:
         raise invalid(f, f"argument 'dtype' = {dtype} is not float16, bfloat16 or float32")
     return Ge2Module(trace(module, dtype), type(module).__name__, tune, bool(graph_replay), bool(fuse), bool(allow_tf32),

@@ -1353,3 +1353,6 @@ def test_convert_with_allow_fp8_stays_within_the_fp8_bound(device):
         assert error > 1e-3  # the layers really ran on e4m3 operands
     with pytest.raises(TypeError):
         gt.convert(module, allow_fp8=True, fp8_max_error="loose")
+    for budget in (-1.0, 0.0, 1.5, float("nan"), float("inf")):  # refused at conversion, not at the first call
+        with pytest.raises(ge2.InvalidArgumentError, match=r"argument 'fp8_max_error' = .* is not a finite value"):
+            gt.convert(module, allow_fp8=True, fp8_max_error=budget)
