@@ -975,10 +975,13 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
                 raise _refused(f"'{_call_text(node) if node.op != 'call_module' else node.target}' changes in place "
                                f"a value that is cast (or what it was cast from), which node "
                                f"'{min(later, key=position.get).name}' reads afterwards", node)
-            # An expression read by an earlier one is evaluated through its computation, which the
-            # change does not reach; a cut layer's pieces were taken before it.
-            if name in expression and (any(u in expression and position[u] < position[node] for u in name.users)
-                                       or not all_resolved([name], node)) or \
+            # Elementwise code computed from the value before the change but read after it is
+            # evaluated now, while its computation still reads the old value; a cut layer's pieces
+            # were taken before the change.
+            pending = [e for e in expression if e not in slot and position[e] < position[node] and
+                       any(position[u] > position[node] for u in e.users) and
+                       (e is name or name in (computation(e, None) or ()))] if name in expression else []
+            if name in expression and not (all_resolved(pending, node) and all_resolved([name], node)) or \
                     name in slot and slot[name] in cut or not all_resolved([node], node):
                 raise _refused(f"'{_call_text(node) if node.op != 'call_module' else node.target}' changes "
                                f"'{name.name}' in place, which node '{min(later, key=position.get).name}' reads "

@@ -1185,6 +1185,25 @@ def test_values_changed_in_place_are_read_changed():
         gt.convert(ChangesAPiece(True))
 
 
+def test_elementwise_code_read_after_its_value_changes_in_place_keeps_the_old_value():
+    class ChangedAfterElementwise(torch.nn.Module):  # random-module seed 2973, written out
+        def __init__(self):
+            super().__init__()
+            self.fc, self.out, self.out2 = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4), torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            h = self.fc(x)
+            scaled = h.mul_(0.75)  # in place: scaled is h
+            r = torch.where(scaled > 0, scaled, 0.0)  # relu written inline, on the scaled value
+            h.add_(scaled)  # changed again: r keeps the scaled value
+            return self.out(r) + self.out2(scaled * torch.sigmoid(1.702 * scaled))  # QuickGELU of the new one
+
+    module = fresh(ChangedAfterElementwise(), torch.float32, "cpu")
+    x = torch.randn(6, 8)
+    with torch.no_grad():
+        assert rel_error(gt.convert(module)(x), reference(module, x)) <= BOUNDS[torch.float32]
+
+
 def dropout_add(x, residual, prob, training):  # transformers' Bloom helper
     return residual + F.dropout(x, p=prob, training=training)
 
