@@ -63,7 +63,6 @@ inline ge2_gemm_attrs_t gemm_attrs() {
   check(ge2_gemm_attrs_init(&attrs));
   return attrs;
 }
-/* x * W^T for a weight W in PyTorch nn.Linear's [out, in] layout. */
 /* Defaults for the one-shot call's parameters (sizes zero: the caller sets them). */
 inline ge2_gemm_params_t gemm_params() {
   ge2_gemm_params_t params;
@@ -73,6 +72,7 @@ inline ge2_gemm_params_t gemm_params() {
 /* The library's release version ("2.8.0") and the GE2_API_VERSION it was built with. */
 inline std::string version() { return ge2_get_version_string(); }
 inline int api_version() { return ge2_get_api_version(); }
+/* x * W^T for a weight W in PyTorch nn.Linear's [out, in] layout. */
 inline ge2_gemm_attrs_t linear() {
   ge2_gemm_attrs_t attrs = gemm_attrs();
   attrs.trans_b = 1;

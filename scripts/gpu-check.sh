@@ -21,6 +21,23 @@ gpu_cases() {
     > "$OUT/sanitizer-$1.log" 2>&1
   note "compute-sanitizer memcheck ($1 cases): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer-$1.log" | tail -1))"
 }
+# transformers_tests LOG LABEL SECONDS PYTEST_ARGS...: test_transformers.py on CUDA (SECONDS: its
+# time limit, 0 for none). The package is 149 MB, over what a device call carries, so it travels
+# packed (8.6 MB; scripts/pack-transformers.sh, then carry build-tf), unpacked once per run.
+tf_dir=
+transformers_tests() {
+  local log=$1 label=$2 seconds=$3 tar=${GE2_TRANSFORMERS_TAR:-$ROOT/build-tf/transformers.tar.xz}
+  shift 3
+  if [ ! -f "$tar" ]; then
+    note "$label: SKIPPED ($tar not carried)"
+    return
+  fi
+  [ -n "$tf_dir" ] || { tf_dir=$(mktemp -d) && tar xJf "$tar" -C "$tf_dir"; }
+  GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$tf_dir/transformers-4.57.1 \
+    timeout "$seconds" python3 -m pytest -q -rs "$@" "$ROOT/bindings/python/tests/test_transformers.py" \
+    > "$OUT/$log" 2>&1
+  note "$label: $(tail -1 "$OUT/$log")"
+}
 
 # CTest files hold the absolute paths of the machine that configured them.
 configured=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt")
@@ -173,19 +190,8 @@ for mode in $modes; do
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python python3 -m pytest -q -rs \
       "$ROOT/bindings/python/tests/test_torch.py" > "$OUT/pytest_torch.log" 2>&1
     note "ge2.torch tests: $(tail -1 "$OUT/pytest_torch.log")"
-    # The transformers MLP classes (test_transformers.py) on CUDA: the package is 149 MB, over
-    # what a device call carries, so it travels packed (8.6 MB; scripts/pack-transformers.sh,
-    # then carry build-tf).
-    tf_tar=${GE2_TRANSFORMERS_TAR:-$ROOT/build-tf/transformers.tar.xz}
-    if [ -f "$tf_tar" ]; then
-      tf_dir=$(mktemp -d) && tar xJf "$tf_tar" -C "$tf_dir"
-      GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$tf_dir/transformers-4.57.1 \
-        python3 -m pytest -q -rs ${PYTEST_ARGS:-} "$ROOT/bindings/python/tests/test_transformers.py" \
-        > "$OUT/pytest_transformers.log" 2>&1
-      note "transformers MLPs: $(tail -1 "$OUT/pytest_transformers.log")"
-    else
-      note "transformers MLPs: SKIPPED ($tf_tar not carried)"
-    fi
+    # The transformers MLP classes (test_transformers.py) on CUDA.
+    transformers_tests pytest_transformers.log "transformers MLPs" 0 ${PYTEST_ARGS:-}
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python \
       python3 "$ROOT/bench/torch_ops.py" --out "$OUT" > "$OUT/torch_ops.log" 2>&1
     note "torch_ops bench: exit $? (torch_ops.log)"
@@ -250,16 +256,7 @@ for mode in $modes; do
       layouts epilogues timing > "$OUT/lt_block_scale_probe.log" 2>&1
     note "block-scale probe: exit $? (lt_block_scale_probe.log)"
     gpu_cases fp8_block 'gpu fp8: weights given*,gpu fp8: cuda_skinny_fp8w*' 'gpu fp8: weights given*'
-    tf_tar=${GE2_TRANSFORMERS_TAR:-$ROOT/build-tf/transformers.tar.xz}
-    if [ -f "$tf_tar" ]; then
-      tf_dir=$(mktemp -d) && tar xJf "$tf_tar" -C "$tf_dir"
-      GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python:$tf_dir/transformers-4.57.1 \
-        timeout 300 python3 -m pytest -q -rs -k hf_fp8linear "$ROOT/bindings/python/tests/test_transformers.py" \
-        > "$OUT/pytest_fp8linear.log" 2>&1
-      note "transformers FP8Linear: $(tail -1 "$OUT/pytest_fp8linear.log")"
-    else
-      note "transformers FP8Linear: SKIPPED ($tf_tar not carried)"
-    fi
+    transformers_tests pytest_fp8linear.log "transformers FP8Linear" 300 -k hf_fp8linear
     GE2_LIBRARY=$BUILD/src/libge2.so PYTHONPATH=$ROOT/bindings/python PYTHONUNBUFFERED=1 \
       timeout "${FP8_BLOCK_TIMEOUT:-300}" python3 "$ROOT/bench/fp8_checkpoint.py" --out "$OUT" --scales block \
       --allow-fp8 ${FP8_BLOCK_ARGS:---inter 11008 12288 --tokens 16 512 2048 4096} > "$OUT/fp8_checkpoint.log" 2>&1

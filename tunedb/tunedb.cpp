@@ -214,7 +214,7 @@ TuneDb::TuneDb(const std::string& path, Mode mode) : path_(path), mode_(mode) {
   if (!exists) {
     create_file();
   } else {
-    if (exists) check_file_header();
+    check_file_header();
     open(mode == Mode::ReadWrite ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READONLY, path);
   }
   // Nothing is written before the file is known to be a ge2 tuning database:

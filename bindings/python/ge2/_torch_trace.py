@@ -760,6 +760,14 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
         producer[out] = len(r.steps)
         r.steps.append(("linear", node.name, out, src, w, b))
 
+    def matrix(p_node, node):
+        """The 2-D parameter `p_node` names, the weight of the product `node` computes."""
+        t = params[p_node]
+        if not isinstance(t, Tensor) or t.dim() != 2:
+            raise _refused(f"'{_call_text(node)}' with a parameter of shape {tuple(getattr(t, 'shape', ()))} "
+                           f"(ge2 takes a 2-D one)", node)
+        return t
+
     def visit(node):
         if node.op in ("call_module", "call_function", "call_method") and _flattens_rows(node, traced):
             src = node.args[0]
@@ -822,10 +830,7 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
                 if found is None or w not in params or operands[found[0]] in params:
                     raise _refused(f"'{_call_text(node)}' (ge2 takes an einsum of a value and a 2-D parameter that is "
                                    f"a linear layer, like '...i,oi->...o')", node)
-                t = params[w]
-                if not isinstance(t, Tensor) or t.dim() != 2:
-                    raise _refused(f"'{_call_text(node)}' with a parameter of shape "
-                                   f"{tuple(getattr(t, 'shape', ()))} (ge2 takes a 2-D one)", node)
+                t = matrix(w, node)
                 linear_step(node, operands[found[0]], t if found[1] else transpose(t), None, node.name)
                 return
             if target is torch.addmm or method and node.target == "addmm":  # bias + x @ w
@@ -835,11 +840,8 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
                         named["input"] not in params or named["mat2"] not in params or named["mat1"] in params:
                     raise _refused(f"'{_call_text(node)}' (ge2 takes torch.addmm(bias, x, w) with parameters bias "
                                    f"[out] and w [in, out], beta = alpha = 1)", node)
-                w, b = params[named["mat2"]], params[named["input"]]
-                if not isinstance(w, Tensor) or w.dim() != 2:
-                    raise _refused(f"'{_call_text(node)}' with a parameter of shape "
-                                   f"{tuple(getattr(w, 'shape', ()))} (ge2 takes a 2-D one)", node)
-                linear_step(node, named["mat1"], transpose(w), b, node.name)
+                linear_step(node, named["mat1"], transpose(matrix(named["mat2"], node)), params[named["input"]],
+                            node.name)
                 return
             if _transposes(node) and node.args[0] in params:  # w.t(), w.T: a parameter still
                 t = params[node.args[0]]
@@ -852,11 +854,7 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
                 x, w = (list(node.args) + [None, None])[:2]
                 if len(node.args) != 2 or node.kwargs or w not in params or x in params:
                     raise _refused(f"'{_call_text(node)}' (ge2 multiplies a value by a 2-D parameter, x @ w)", node)
-                t = params[w]
-                if not isinstance(t, Tensor) or t.dim() != 2:
-                    raise _refused(f"'{_call_text(node)}' with a parameter of shape "
-                                   f"{tuple(getattr(t, 'shape', ()))} (ge2 takes a 2-D one)", node)
-                linear_step(node, x, transpose(t), None, w.target if w.op == "get_attr" else w.name)
+                linear_step(node, x, transpose(matrix(w, node)), None, w.target if w.op == "get_attr" else w.name)
                 return
             split = node.target if method and node.target in _SPLITS else \
                 next((k for k, f in _SPLITS.items() if target is f), None)
@@ -980,7 +978,7 @@ def trace(module: torch.nn.Module, dtype: Optional[torch.dtype] = None) -> Recip
             # were taken before the change.
             pending = [e for e in expression if e not in slot and position[e] < position[node] and
                        any(position[u] > position[node] for u in e.users) and
-                       (e is name or name in (computation(e, None) or ()))] if name in expression else []
+                       (e is name or name in computation(e, None))] if name in expression else []
             if name in expression and not (all_resolved(pending, node) and all_resolved([name], node)) or \
                     name in slot and slot[name] in cut or not all_resolved([node], node):
                 raise _refused(f"'{_call_text(node) if node.op != 'call_module' else node.target}' changes "

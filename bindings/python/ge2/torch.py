@@ -201,7 +201,7 @@ def _readable(t: Tensor) -> bool:
 def _readable_copies(*tensors) -> tuple:
     """The tensors, each copied densely where ge2 cannot read it in place (a broadcast
     (expand) or every-other-element view): PyTorch's operators take any strides, and so do these."""
-    return tuple(t if t is None or _readable(t) else t.contiguous() for t in tensors)
+    return tuple(t if t is None or t.is_contiguous() or _readable(t) else t.contiguous() for t in tensors)
 
 
 def _gemm_bias_act_impl(a: Tensor, b: Tensor, bias: Optional[Tensor], act: str, trans_a: bool, trans_b: bool,
@@ -490,17 +490,12 @@ class Ge2Module(torch.nn.Module):
                     not self._flatten_input:
                 return
         self._check_count(inputs)
-        if self._flatten_input:  # nn.Flatten(): [batch, ...] whose dimensions after the first make a row
-            x = inputs[0]
-            if x.dim() < 2 or math.prod(x.shape[1:]) != self.in_features:
-                raise invalid(f, f"input of shape {tuple(x.shape)}: the module flattens the dimensions after the "
-                                 f"first, which must hold {self.in_features} elements")
-            if x.dtype != self.dtype:
-                raise TypeError(f"{f}: input is {x.dtype} but the module's weights are {self.dtype}; "
-                                f"convert the module in the input's dtype")
-            return
         for i, (x, width) in enumerate(zip(inputs, self.input_features)):
-            if x.dim() < 1 or x.shape[-1] != width:
+            if self._flatten_input:  # nn.Flatten(): [batch, ...] whose dimensions after the first make a row
+                if x.dim() < 2 or math.prod(x.shape[1:]) != width:
+                    raise invalid(f, f"{self._what(i)} of shape {tuple(x.shape)}: the module flattens the dimensions "
+                                     f"after the first, which must hold {width} elements")
+            elif x.dim() < 1 or x.shape[-1] != width:
                 raise invalid(f, f"{self._what(i)} of shape {tuple(x.shape)}: the last dimension must be {width}")
             if x.dtype != self.dtype:
                 raise TypeError(f"{f}: {self._what(i)} is {x.dtype} but the module's weights are {self.dtype}; "
